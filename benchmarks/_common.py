@@ -1,0 +1,60 @@
+"""Helpers for benchmark scripts: timing (CUDA events on GPU, perf_counter on CPU) and writing a
+section of docs/BENCHMARKS.md between markers, so each script owns its own section."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH_MD = os.path.join(ROOT, "docs", "BENCHMARKS.md")
+
+
+def sync(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_fn(fn: Callable[[], object], device: torch.device | str, *, warmup: int = 2, reps: int = 5) -> float:
+    """Median wall time of ``fn()`` in milliseconds (device-synchronised)."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(reps):
+        if torch.device(device).type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def command_line() -> str:
+    return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+
+
+def write_section(key: str, text: str, *, path: str = BENCH_MD) -> None:
+    """Replace (or append) the block between ``<!-- bench:KEY:start -->`` and ``<!-- bench:KEY:end -->``.
+
+    Several device runs may be kept side by side by using keys such as ``linalg-cpu`` and ``linalg-cuda``.
+    """
+    start, end = f"<!-- bench:{key}:start -->", f"<!-- bench:{key}:end -->"
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    body = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    body = pattern.sub(lambda _: block, body) if pattern.search(body) else body.rstrip() + "\n\n" + block + "\n"
+    with open(path, "w") as f:
+        f.write(body)

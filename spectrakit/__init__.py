@@ -1,0 +1,12 @@
+"""spectrakit: control the spectrum of neural networks.
+
+Subpackages
+-----------
+- :mod:`spectrakit.linalg`   matrix functions built on one polar-factor (``msign``) core
+- :mod:`spectrakit.optim`    SPECTRA, Muon and plain optimizers as one update pipeline
+- :mod:`spectrakit.conv`     convolution spectral norms (TN bound, F4, exact, Gram) and regularizers
+- :mod:`spectrakit.manifold` steepest descent on spectral sets (PSD cone, spectrahedron, balls, bands)
+- :mod:`spectrakit.models`, :mod:`spectrakit.data`, :mod:`spectrakit.train`, :mod:`spectrakit.experiments`
+"""
+
+__version__ = "0.1.0"

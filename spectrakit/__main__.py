@@ -1,0 +1,5 @@
+import sys
+
+from spectrakit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,24 @@
+"""Run one of the paper experiments: prints its result table and writes JSON (and plots) under --out."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from spectrakit.experiments import EXPERIMENTS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="experiment", metavar="NAME", required=True)
+    for name, module in EXPERIMENTS.items():
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=(mod.__doc__ or name).strip().splitlines()[0],
+                           description=(mod.__doc__ or name).strip(),
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        p.add_argument("--out", default=f"runs/{name}", help="folder for results.json, results.md and plots")
+        mod.add_arguments(p)
+        p.set_defaults(_experiment_main=mod.main)
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args._experiment_main(args) or 0)

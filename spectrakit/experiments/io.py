@@ -1,0 +1,69 @@
+"""Result tables: markdown rendering and saving (JSON + markdown) for experiments and benchmarks."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return str(v)
+        if v != 0 and (abs(v) >= 1e5 or abs(v) < 1e-3):
+            return f"{v:.3e}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """Render a list of dicts as a GitHub markdown table (columns default to the union of keys, in order)."""
+    if not rows:
+        return "(no rows)"
+    if columns is None:
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def environment() -> dict[str, str]:
+    """Device, versions and date, for the header of every result table."""
+    if torch.cuda.is_available():
+        device = torch.cuda.get_device_name()
+    else:
+        device = f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return {
+        "device": device,
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def report(name: str, rows: list[dict[str, Any]], out_dir: str | None, *, command: str = "",
+           extra: dict[str, Any] | None = None, columns: Sequence[str] | None = None) -> str:
+    """Print a result table with its environment header and save ``results.json``/``results.md``."""
+    env = environment()
+    header = f"## {name}\n\ndevice: {env['device']} · torch {env['torch']} · {env['date']}"
+    if command:
+        header += f"\n\ncommand: `{command}`"
+    text = header + "\n\n" + markdown_table(rows, columns) + "\n"
+    print(text)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "results.json"), "w") as f:
+            json.dump({"name": name, "env": env, "command": command, "rows": rows, **(extra or {})}, f,
+                      indent=1, default=str)
+        with open(os.path.join(out_dir, "results.md"), "w") as f:
+            f.write(text)
+    return text
