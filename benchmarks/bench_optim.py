@@ -1,0 +1,186 @@
+"""Optimizer-step time and peak extra memory on the parameter set of a LLaMA model (random gradients).
+
+Compares, in one run: torch AdamW (fused where available), our AdamW (``post="none"``), SpectraAdamW,
+SpectraSignum, Muon and a faithful re-implementation of the SPECTRA paper's reference step (per-parameter
+loop: clone the weight, run the base AdamW step, recover ``U`` from the weight difference, 10-step coupled
+Newton-Schulz soft clip (Alg. 1 + 3, bf16 on GPU) with its host-synchronising ``if s_max <= c``).
+
+Also reports the FLOP-count bound of the soft clips of SpectraAdamW: model FLOPs of
+``linalg.soft_clip(method="polar")`` divided by the measured matmul throughput of the device in the compute
+dtype, and (CUDA) whether ``torch.cuda.set_sync_debug_mode("error")`` passes for our optimizers.
+
+Usage: ``python benchmarks/bench_optim.py`` (GPU: the 124M LLaMA preset, d = 768, 12 layers, SwiGLU 2048,
+untied 50304 vocab; CPU: the ``small`` preset, d = 192, 2 layers, hidden 512, vocab 2048).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks._common import command_line, time_fn, write_section  # noqa: E402
+from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
+from spectrakit.linalg.soft_clip import DEFAULT_STEPS, TALL_STEPS  # noqa: E402
+from spectrakit.optim import AdamW, Muon, SpectraAdamW, SpectraSignum  # noqa: E402
+
+PRESETS = {"124m": dict(d=768, layers=12, hidden=2048, vocab=50304),
+           "small": dict(d=192, layers=2, hidden=512, vocab=2048)}
+
+
+def llama_shapes(d: int, layers: int, hidden: int, vocab: int) -> list[tuple[int, ...]]:
+    """Parameter shapes of an untied LLaMA: embedding, per layer q,k,v,o + SwiGLU gate/up/down + 2 RMSNorm
+    weights, final norm, output head."""
+    shapes: list[tuple[int, ...]] = [(vocab, d)]
+    for _ in range(layers):
+        shapes += [(d, d)] * 4 + [(hidden, d), (hidden, d), (d, hidden), (d,), (d,)]
+    return shapes + [(d,), (vocab, d)]
+
+
+class PaperReferenceSpectra:
+    """The paper's reference wrapper, re-implemented faithfully: a base ``torch.optim.AdamW`` (weight decay
+    0) stepped on every parameter, ``U`` recovered as ``(old - new) / lr`` from a clone of each weight, then
+    ``X = (1 - lr wd) old - lr alpha SSC_c(U)`` per matrix with Algorithm 1 (Gershgorin/Frobenius bound,
+    ``if s_max <= c: return X``) and Algorithm 3 (coupled Newton-Schulz inverse square root, ``Ns`` steps)."""
+
+    def __init__(self, params, lr=1e-3, weight_decay=0.1, c=10.0, ns=10, dtype=torch.bfloat16):
+        self.params = list(params)
+        self.lr, self.wd, self.c, self.ns, self.dtype = lr, weight_decay, c, ns, dtype
+        self.base = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0, foreach=False)
+
+    def ssc(self, X: torch.Tensor) -> torch.Tensor:
+        tall = X.shape[0] > X.shape[1]
+        Xw = (X.T if tall else X).to(self.dtype)
+        G = Xw @ Xw.T
+        s_max2 = min(float(torch.linalg.matrix_norm(G.float())), float(G.float().abs().sum(1).max()))
+        if s_max2 ** 0.5 <= self.c:  # the reference's host-synchronising branch
+            return X
+        alpha = 1 + s_max2 / self.c ** 2
+        eye = torch.eye(G.shape[0], dtype=self.dtype, device=X.device)
+        Y, Z = (eye + G / self.c ** 2) / alpha, eye
+        for _ in range(self.ns):
+            T = (3 * eye - Z @ Y) / 2
+            Y, Z = Y @ T, T @ Z
+        out = (Z / math.sqrt(alpha)) @ Xw
+        return (out.T if tall else out).to(X.dtype)
+
+    @torch.no_grad()
+    def step(self):
+        old = [p.detach().clone() for p in self.params]
+        self.base.step()
+        for p, o in zip(self.params, old):
+            if p.ndim < 2:
+                p.mul_(1 - self.lr * self.wd).add_(o - o)  # 1-D: base update + decay (approx. ordering)
+                continue
+            U = (o - p) / self.lr
+            m, n = p.shape[0], p[0].numel()
+            p.copy_(o * (1 - self.lr * self.wd) - self.lr * max(1.0, math.sqrt(m / n)) * self.ssc(U.reshape(m, n))
+                    .reshape(p.shape))
+
+
+def soft_clip_flops(shapes, dtype) -> float:
+    """Model FLOPs of linalg.soft_clip(method="polar") with default steps on every matrix: tall steps on
+    B = [X^T; c I] ((n+m) x m) cost 4 (n+m) m^2 + 2 m^3, Gram steps 6 m^3, the final product 2 (n+m) m^2."""
+    tall = TALL_STEPS[dtype]
+    total = 0.0
+    for s in shapes:
+        if len(s) < 2:
+            continue
+        m, n = sorted((s[0], math.prod(s[1:])))
+        total += tall * (4 * (n + m) * m * m + 2 * m ** 3) + (DEFAULT_STEPS - tall) * 6 * m ** 3 + 2 * (n + m) * m * m
+    return total
+
+
+def matmul_tflops(device, dtype, size: int) -> float:
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    ms = time_fn(lambda: a @ b, device, warmup=2, reps=5)
+    return 2 * size ** 3 / (ms * 1e-3) / 1e12
+
+
+def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
+    shapes = llama_shapes(**PRESETS[preset])
+    cuda = device.startswith("cuda")
+    post_dtype = "bfloat16" if cuda else None
+    gen = torch.Generator(device=device).manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, device=device, generator=gen) * 0.02) for s in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape, device=device, generator=gen) * 1e-2
+    largest = max(p.numel() * p.element_size() for p in params)
+    fused = dict(fused=True) if cuda else dict(foreach=True)
+    makers = {
+        "torch AdamW" + (" (fused)" if cuda else " (foreach)"): lambda ps: torch.optim.AdamW(ps, lr=1e-3, **fused),
+        "spectrakit AdamW": lambda ps: AdamW(ps, lr=1e-3),
+        "SpectraAdamW": lambda ps: SpectraAdamW(ps, lr=1e-3, post_dtype=post_dtype),
+        "SpectraSignum": lambda ps: SpectraSignum(ps, lr=1e-3, post_dtype=post_dtype),
+        "Muon": lambda ps: Muon(ps, lr=0.02, post_dtype="bfloat16" if cuda else "float32"),
+        "paper reference (clone + NS10 SSC)": lambda ps: PaperReferenceSpectra(
+            ps, dtype=torch.bfloat16 if cuda else torch.float32),
+    }
+    rows = []
+    for name, make in makers.items():
+        opt = make(params)
+        opt.step()  # allocate state
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base_mem = torch.cuda.memory_allocated()
+        ms = time_fn(opt.step, device, warmup=2, reps=reps)
+        row = {"optimizer": name, "step_ms": ms}
+        if cuda:
+            extra = torch.cuda.max_memory_allocated() - base_mem
+            row["peak_extra_MiB"] = extra / 2 ** 20
+            row["extra / largest param"] = extra / largest
+            if not name.startswith(("torch", "paper")):
+                try:
+                    torch.cuda.set_sync_debug_mode("error")
+                    opt.step()
+                    torch.cuda.synchronize()
+                    row["host syncs"] = "none"
+                except RuntimeError:
+                    row["host syncs"] = "SYNC"
+                finally:
+                    torch.cuda.set_sync_debug_mode(0)
+        rows.append(row)
+        del opt
+        for p in params:  # keep the weights bounded across many steps
+            p.data.normal_(0, 0.02, generator=gen)
+    ref = next(r["step_ms"] for r in rows if r["optimizer"].startswith("paper"))
+    for r in rows:
+        r["ref / this"] = ref / r["step_ms"]
+    cdt = torch.bfloat16 if cuda else torch.float32
+    tflops = matmul_tflops(device, cdt, 8192 if cuda else 1024)
+    flops = soft_clip_flops(shapes, cdt)
+    info = {"params (M)": sum(math.prod(s) for s in shapes) / 1e6, "matrices": sum(len(s) >= 2 for s in shapes),
+            "soft-clip GFLOP": flops / 1e9, "matmul TFLOP/s": tflops,
+            "soft-clip FLOP bound (ms)": flops / (tflops * 1e12) * 1e3,
+            "largest param (MiB)": largest / 2 ** 20}
+    return rows, info
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=list(PRESETS), default=None,
+                        help="parameter set (default: 124m on CUDA, small on CPU)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
+    args = parser.parse_args()
+    preset = args.preset or ("124m" if args.device.startswith("cuda") else "small")
+    rows, info = bench(preset, args.device, args.reps)
+    env = environment()
+    text = (f"### optim: optimizer step on the `{preset}` LLaMA parameter set ({PRESETS[preset]})\n\n"
+            f"device: {env['device']} · torch {env['torch']} · {env['date']}\n\ncommand: `{command_line()}`\n\n"
+            + markdown_table(rows) + "\n\n" + markdown_table([info]) + "\n")
+    print(text)
+    if not args.no_write:
+        write_section(f"optim-{'cuda' if args.device.startswith('cuda') else 'cpu'}", text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Start N local worker processes with an initialized process group (tests, benchmarks, examples).
+
+``torchrun`` is the launcher for real jobs; this helper runs a function on ``world_size`` processes of
+this machine (``torch.multiprocessing`` spawn, rendezvous through a ``file://`` store in a private
+temporary directory, so no TCP port has to be picked), with a wall-clock limit after which every
+worker is killed, and returns each rank's return value.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from spectrakit._checks import check_choice, check_int
+
+
+def _resolve(target: str | Callable) -> Callable:
+    if callable(target):
+        return target
+    path, _, name = target.rpartition(":")
+    spec = importlib.util.spec_from_file_location(f"_spectrakit_worker_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def _worker(rank: int, target, world_size: int, init_file: str, out_dir: str, backend: str, args: tuple,
+            threads: int) -> None:
+    torch.set_num_threads(threads)
+    if backend == "gloo" and sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        result = _resolve(target)(rank, world_size, *args)
+        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def run_workers(target: str | Callable, world_size: int = 2, *, args: tuple = (), timeout: float = 120.0,
+                backend: str = "gloo", threads: int = 1) -> list[Any]:
+    """Run ``target(rank, world_size, *args)`` on ``world_size`` local processes; return the results.
+
+    Args:
+        target: a picklable top-level function, or ``"path/to/file.py:function"`` (the file is imported in
+            each worker, which lets test files define their workers without being importable packages).
+        world_size: number of processes, an int in [1, 64].
+        args: extra positional arguments (picklable).
+        timeout: seconds, in (0, 3600]; after it all workers are killed and ``TimeoutError`` is raised.
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (one CUDA device per rank).
+        threads: ``torch.set_num_threads`` in each worker, an int in [1, 256].
+
+    Returns:
+        ``[result of rank 0, result of rank 1, ...]`` (transferred with ``torch.save``/``torch.load``).
+
+    Raises:
+        ValueError: bad arguments. TimeoutError: the workers did not finish in time.
+        torch.multiprocessing.ProcessRaisedException: a worker raised (its traceback is included).
+    """
+    check_int(world_size, "world_size", low=1, high=64)
+    check_int(threads, "threads", low=1, high=256)
+    check_choice(backend, "backend", {"gloo", "nccl"})
+    if not (isinstance(timeout, (int, float)) and 0 < timeout <= 3600):
+        raise ValueError(f"timeout must be a number of seconds in (0, 3600], got {timeout!r}")
+    with tempfile.TemporaryDirectory(prefix="spectrakit_dist_") as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        worker_args = (target, world_size, init_file, tmp, backend, tuple(args), threads)
+        ctx = mp.start_processes(_worker, args=worker_args, nprocs=world_size, join=False,
+                                 start_method="spawn")
+        deadline = time.monotonic() + timeout
+        try:
+            while not ctx.join(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"distributed workers did not finish within {timeout} s")
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+                    p.join(5)
+        return [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False) for r in range(world_size)]

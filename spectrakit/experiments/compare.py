@@ -1,0 +1,254 @@
+"""Train a small LLaMA-style LM with several optimizers and compare them (default: AdamW vs SpectraAdamW).
+
+Every optimizer trains the same model (same initialisation seed), on the same data in the same order, with
+the same LR schedule (seed 000 §6.2: WSD with square-root decay over the final 20%, linear warm-up). The
+table reports the final validation loss and perplexity, the mean step time (forward + backward + optimizer)
+and SPECTRA's overhead over its base optimizer, and the largest weight and update spectral norms and the
+aggregated weight ``l_inf`` norm at the end (seed 000 Fig. 4). Without arguments it runs the ``cpu``
+setting (tiny model, ~3-5 min on 2 CPU cores) or, on CUDA, the larger ``cuda`` setting; results (table,
+JSON, loss-curve and weight-norm plots, per-run logs) go to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import time
+
+import torch
+
+from spectrakit._checks import check_choice, check_int
+from spectrakit.data.batches import TokenBatches
+from spectrakit.data.tokens import prepare, unigram_entropy
+from spectrakit.experiments.io import report
+from spectrakit.models.llama import PRESETS, Llama, preset_config
+from spectrakit.train.diagnostics import SpectralDiagnostics
+from spectrakit.train.loop import TrainConfig, train
+from spectrakit.train.optimizers import OPTIMIZERS, build_optimizer
+from spectrakit.train.schedules import SCHEDULES, make_scheduler
+
+# Named settings; any field can be overridden from the command line.
+SETTINGS: dict[str, dict] = {
+    "cpu": dict(preset="tiny", tokenizer="bpe4096", batch_size=16, seq_len=128, steps=200, warmup=20,
+                eval_every=50, eval_tokens=32768, diag_every=25),
+    "cuda": dict(preset="small", tokenizer="bpe8192", batch_size=32, seq_len=512, steps=1000, warmup=100,
+                 eval_every=100, eval_tokens=262144, diag_every=100),
+    "cuda-124m": dict(preset="124m", tokenizer="bpe8192", batch_size=32, seq_len=512, steps=2000, warmup=200,
+                      eval_every=250, eval_tokens=524288, diag_every=250),
+}
+
+COLUMNS = ["optimizer", "seed", "lr", "val_loss", "val_ppl", "step_ms", "overhead_%", "max_weight_sn",
+           "max_update_sn", "agg_linf", "diverged"]
+
+
+@dataclasses.dataclass
+class CompareOptions:
+    """Options of :func:`compare` (see ``spectrakit compare --help``)."""
+
+    optimizers: tuple[str, ...] = ("adamw", "spectra-adamw")
+    setting: str = "auto"
+    preset: str | None = None
+    corpus: str = "stdlib"
+    tokenizer: str | None = None
+    steps: int | None = None
+    batch_size: int | None = None
+    seq_len: int | None = None
+    grad_accum: int = 1
+    warmup: int | None = None
+    schedule: str = "wsd"
+    lr: float | None = None
+    c: float = 10.0
+    weight_decay: float = 0.1
+    grad_clip: float | None = 0.5
+    seeds: tuple[int, ...] = (0,)
+    eval_every: int | None = None
+    eval_tokens: int | None = None
+    diag_every: int | None = None
+    device: str | None = None
+    compile: bool = False
+    out: str | None = "runs/compare"
+    progress: bool = True
+
+    def resolved(self) -> dict:
+        """The effective settings: ``setting`` defaults overridden by the explicit options."""
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        setting = self.setting if self.setting != "auto" else ("cuda" if device.startswith("cuda") else "cpu")
+        check_choice(setting, "setting", SETTINGS)
+        base = dict(SETTINGS[setting])
+        for key in ("preset", "tokenizer", "steps", "batch_size", "seq_len", "warmup", "eval_every",
+                    "eval_tokens", "diag_every"):
+            if getattr(self, key) is not None:
+                base[key] = getattr(self, key)
+        for name in self.optimizers:
+            check_choice(name, "optimizers", OPTIMIZERS)
+        check_choice(base["preset"], "preset", PRESETS)
+        check_choice(self.schedule, "schedule", SCHEDULES)
+        check_int(base["steps"], "steps", low=1)
+        check_int(base["warmup"], "warmup", low=0, high=base["steps"])
+        if not self.seeds:
+            raise ValueError("seeds must list at least one seed")
+        return {**base, "setting": setting, "device": device}
+
+
+def _run_one(name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_dir: str | None) -> dict:
+    device = torch.device(cfg["device"])
+    torch.manual_seed(seed)
+    model_cfg = preset_config(cfg["preset"], splits.meta["vocab_size"], max_seq_len=cfg["seq_len"])
+    model = Llama(model_cfg).to(device)
+    optimizer = build_optimizer(name, model, lr=opts.lr, weight_decay=opts.weight_decay, c=opts.c,
+                                warmup_steps=cfg["warmup"])
+    lr = optimizer.param_groups[0]["lr"]
+    scheduler = make_scheduler(optimizer, total=cfg["steps"], warmup=cfg["warmup"], kind=opts.schedule)
+    data = TokenBatches(splits.train, cfg["batch_size"], cfg["seq_len"], seed=seed)
+    diag = SpectralDiagnostics(every=cfg["diag_every"], spectra_steps=(0, cfg["steps"] - 1), out_dir=out_dir)
+    tcfg = TrainConfig(steps=cfg["steps"], grad_accum=opts.grad_accum, grad_clip=opts.grad_clip,
+                       eval_every=cfg["eval_every"], eval_tokens=cfg["eval_tokens"], compile=opts.compile,
+                       out_dir=out_dir, progress=opts.progress, log_every=min(10, cfg["steps"]))
+    res = train(model, optimizer, scheduler, data, splits.val, tcfg, callbacks=[diag], desc=f"{name} s{seed}")
+    last = diag.rows[-1] if diag.rows else {}
+    return {"optimizer": name, "seed": seed, "lr": lr, "val_loss": res.final_val_loss,
+            "val_ppl": math.exp(min(res.final_val_loss, 50.0)) if math.isfinite(res.final_val_loss) else math.nan,
+            "step_ms": res.step_ms, "max_weight_sn": last.get("max_weight_sn", math.nan),
+            "max_update_sn": max((r["max_update_sn"] for r in diag.rows), default=math.nan),
+            "agg_linf": last.get("agg_linf", math.nan), "diverged": res.diverged,
+            "_curve": [(r["step"], r["loss"]) for r in res.logs], "_evals": res.evals,
+            "_norms": [(r["step"], r["agg_linf"], r["agg_fro"], r["max_weight_sn"]) for r in diag.rows]}
+
+
+def compare(**options) -> list[dict]:
+    """Run the comparison; keyword options are the fields of :class:`CompareOptions`.
+
+    Returns one row per (optimizer, seed) with ``val_loss``, ``val_ppl``, ``step_ms``, ``overhead_%`` (step
+    time over the base optimizer of the same seed when both ran, else ``nan``), ``max_weight_sn`` (final
+    largest ``||W||_2`` over matrices), ``max_update_sn`` (largest ``||U||_2`` of the applied update direction
+    over the recorded steps), ``agg_linf`` (final ``max |W_ij|``) and ``diverged``; private keys starting
+    with ``_`` hold the curves. Raises ``ValueError`` for invalid options,
+    :class:`~spectrakit.data.corpora.CorpusUnavailableError` for a missing corpus.
+    """
+    opts = CompareOptions(**options)
+    cfg = opts.resolved()
+    splits = prepare(opts.corpus, cfg["tokenizer"], verbose=opts.progress)
+    rows = []
+    for seed in opts.seeds:
+        for name in opts.optimizers:
+            out_dir = os.path.join(opts.out, f"{name}-s{seed}") if opts.out else None
+            rows.append(_run_one(name, seed, opts, cfg, splits, out_dir))
+    by_key = {(r["optimizer"], r["seed"]): r for r in rows}
+    for r in rows:
+        base = OPTIMIZERS[r["optimizer"]].base
+        b = by_key.get((base, r["seed"])) if base else None
+        r["overhead_%"] = 100.0 * (r["step_ms"] / b["step_ms"] - 1.0) if b else math.nan
+    return rows
+
+
+def plot(rows: list[dict], out_dir: str, title: str = "") -> list[str]:
+    """Save ``loss_curves.png`` (training loss per step, validation points) and ``weight_norms.png``
+    (aggregated l_inf and Frobenius norms and max spectral norm over steps, seed 000 Fig. 4) into
+    ``out_dir``; returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in rows:
+        label = f"{r['optimizer']} (s{r['seed']}, lr {r['lr']:g})"
+        steps, losses = zip(*r["_curve"]) if r["_curve"] else ((), ())
+        line, = ax.plot(steps, losses, label=label, alpha=0.8)
+        if r["_evals"]:
+            ax.plot([e["step"] for e in r["_evals"]], [e["val_loss"] for e in r["_evals"]], "o--",
+                    color=line.get_color(), ms=4)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats); dashed: validation")
+    ax.set_title(title or "training / validation loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    paths = [os.path.join(out_dir, "loss_curves.png")]
+    fig.tight_layout()
+    fig.savefig(paths[0], dpi=120)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for r in rows:
+        if not r["_norms"]:
+            continue
+        s, linf, fro, sn = zip(*r["_norms"])
+        for ax, v in zip(axes, (linf, fro, sn)):
+            ax.plot(s, v, label=f"{r['optimizer']} s{r['seed']}")
+    for ax, t in zip(axes, ("aggregated l_inf norm  max|W|", "aggregated Frobenius norm",
+                            "max spectral norm ||W||_2")):
+        ax.set_title(t)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    paths.append(os.path.join(out_dir, "weight_norms.png"))
+    fig.tight_layout()
+    fig.savefig(paths[1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def _csv(text: str, kind=str) -> tuple:
+    return tuple(kind(t) for t in text.split(",") if t.strip())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--optimizers", default="adamw,spectra-adamw",
+                        help=f"comma-separated names from: {', '.join(OPTIMIZERS)}")
+    parser.add_argument("--setting", default="auto", choices=["auto", *SETTINGS],
+                        help="defaults for model/data/steps; auto = cuda if available else cpu")
+    parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="model preset")
+    parser.add_argument("--corpus", default="stdlib", help="corpus name (see `spectrakit data list`)")
+    parser.add_argument("--tokenizer", default=None, help="'bytes' or 'bpeN'")
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None, help="sequences per micro-batch")
+    parser.add_argument("--seq-len", type=int, default=None)
+    parser.add_argument("--grad-accum", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=None, help="LR warm-up steps")
+    parser.add_argument("--schedule", default="wsd", choices=SCHEDULES)
+    parser.add_argument("--lr", type=float, default=None, help="peak LR for all optimizers (default: registry)")
+    parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
+    parser.add_argument("--weight-decay", type=float, default=0.1)
+    parser.add_argument("--grad-clip", type=float, default=0.5, help="global grad-norm clip (<= 0: off)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--eval-every", type=int, default=None)
+    parser.add_argument("--eval-tokens", type=int, default=None)
+    parser.add_argument("--diag-every", type=int, default=None, help="steps between spectral diagnostics")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--out", default="runs/compare", help="folder for results, plots and per-run logs")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = dict(optimizers=_csv(args.optimizers), setting=args.setting, preset=args.preset, corpus=args.corpus,
+                tokenizer=args.tokenizer, steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
+                grad_accum=args.grad_accum, warmup=args.warmup, schedule=args.schedule, lr=args.lr, c=args.c,
+                weight_decay=args.weight_decay, grad_clip=args.grad_clip if args.grad_clip > 0 else None,
+                seeds=_csv(args.seeds, int), eval_every=args.eval_every, eval_tokens=args.eval_tokens,
+                diag_every=args.diag_every, device=args.device, compile=args.compile, out=args.out,
+                progress=not args.quiet)
+    t0 = time.perf_counter()
+    rows = compare(**opts)
+    cfg = CompareOptions(**opts).resolved()
+    splits = prepare(args.corpus, cfg["tokenizer"])
+    h1 = unigram_entropy(splits.val, splits.meta["vocab_size"])
+    paths = plot(rows, args.out, title=f"{cfg['preset']} on {args.corpus} ({cfg['tokenizer']})")
+    public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+    command = "spectrakit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else ""
+    report(f"compare: {cfg['preset']} model, {cfg['steps']} steps x {cfg['batch_size']}x{cfg['seq_len']} tokens, "
+           f"{args.corpus}/{cfg['tokenizer']} (validation unigram entropy {h1:.3f} nats)", public, args.out,
+           command=command.strip(), columns=COLUMNS,
+           extra={"settings": cfg, "options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()},
+                  "unigram_entropy": h1, "curves": {f"{r['optimizer']}-s{r['seed']}": r["_curve"] for r in rows},
+                  "evals": {f"{r['optimizer']}-s{r['seed']}": r["_evals"] for r in rows},
+                  "norms": {f"{r['optimizer']}-s{r['seed']}": r["_norms"] for r in rows},
+                  "wall_s": time.perf_counter() - t0})
+    print("plots: " + ", ".join(paths))
+    return 0
+
+
+main = run

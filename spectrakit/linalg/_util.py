@@ -1,0 +1,73 @@
+"""Small shared helpers of :mod:`spectrakit.linalg`: orientation, thresholds, dtypes, norms."""
+
+from __future__ import annotations
+
+import torch
+
+from spectrakit._checks import check_scalar
+
+# Smallest norm used when normalising: keeps zero input at zero without producing nan/inf.
+TINY = 1e-30
+
+
+def tiny_for(dtype: torch.dtype) -> float:
+    """A positive floor for norms in ``dtype`` (well above its smallest normal number)."""
+    return max(TINY, float(torch.finfo(dtype).tiny) * 1e3)
+
+
+def compute_dtype(x: torch.Tensor, dtype: torch.dtype | None) -> torch.dtype:
+    """The dtype a function computes in: ``dtype`` if given, else the input's dtype (fp16 -> fp32)."""
+    if dtype is None:
+        return torch.float32 if x.dtype == torch.float16 else x.dtype
+    if dtype not in (torch.bfloat16, torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.bfloat16, torch.float32 or torch.float64, got {dtype}")
+    return dtype
+
+
+def mT(x: torch.Tensor) -> torch.Tensor:
+    """Transpose of the last two dims."""
+    return x.transpose(-2, -1)
+
+
+def eye_like(x: torch.Tensor, n: int | None = None) -> torch.Tensor:
+    """Identity of size ``n`` (default ``x.shape[-1]``) with x's dtype/device (broadcasts over batch)."""
+    n = x.shape[-1] if n is None else n
+    return torch.eye(n, dtype=x.dtype, device=x.device)
+
+
+def frob(x: torch.Tensor) -> torch.Tensor:
+    """Frobenius norm over the last two dims, keepdim (shape ``(..., 1, 1)``), computed in >= fp32."""
+    xf = x if x.dtype == torch.float64 else x.float()
+    # scale by the largest entry first: no overflow/underflow of the squares for huge/tiny inputs
+    amax = xf.abs().amax(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(xf.dtype).tiny)
+    return (amax * torch.linalg.matrix_norm(xf / amax, keepdim=True)).to(x.dtype)
+
+
+def threshold(value, name: str, x: torch.Tensor, dtype: torch.dtype, *, low=None, low_inclusive=True,
+              allow_inf: bool = False) -> torch.Tensor | float:
+    """Validate a threshold (float, or tensor broadcastable to the batch shape ``x.shape[:-2]``).
+
+    Returns a Python float unchanged, or the tensor reshaped to ``(..., 1, 1)`` in ``dtype`` on x's device.
+    """
+    check_scalar(value, name, low=low, low_inclusive=low_inclusive)
+    if isinstance(value, torch.Tensor):
+        batch = x.shape[:-2]
+        try:
+            ok = torch.broadcast_shapes(value.shape, batch) == batch
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{name} must be a float or a tensor broadcastable to the batch shape "
+                             f"{tuple(batch)} of the input, got a tensor of shape {tuple(value.shape)}")
+        return value.to(device=x.device, dtype=dtype)[..., None, None]
+    v = float(value)
+    if v == float("inf") and not allow_inf:
+        raise ValueError(f"{name} must be finite, got inf")
+    return v
+
+
+def as_tensor(v, like: torch.Tensor) -> torch.Tensor:
+    """A threshold (float or (..., 1, 1) tensor) as a tensor broadcastable against ``like``."""
+    if isinstance(v, torch.Tensor):
+        return v.to(dtype=like.dtype)
+    return torch.full((1, 1), float(v), dtype=like.dtype, device=like.device)

@@ -1,0 +1,181 @@
+"""Polar factor ``msign(X) = U V^T`` by odd-polynomial (Newton–Schulz type) iterations (SPEC §1.1).
+
+For ``X = U S V^T`` one step ``X <- a X + (b A + c A^2) X`` with ``A = X X^T`` maps every singular value
+``s -> p(s) = a s + b s^3 + c s^5`` and keeps ``U, V``; a schedule of such steps drives all singular
+values in ``[l, 1]`` to 1. Inputs are first put in the wide orientation (``m <= n``, so ``A`` is the small
+``m x m`` Gram matrix) and normalised by a cheap upper bound of ``sigma_max``: after a Frobenius
+pre-scaling, ``||A^2||_F^(1/4) = (sum s^8)^(1/8)`` (within ``m^(1/8)`` of ``sigma_max``), whose ``A^2``
+is re-used by the first step, so the bound costs no extra matmul.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spectrakit._checks import check_choice, check_int, check_scalar, check_tensor
+
+from ._util import compute_dtype, frob, mT, tiny_for
+from .schedules import SCHEDULES, steps_for
+
+# Worst |1 - sigma_out| the default number of Polar Express steps aims at, per compute dtype.
+DEFAULT_TOL = {torch.float64: 1e-7, torch.float32: 1e-5, torch.bfloat16: 1e-3}
+# With dtype=bfloat16 the first steps of the polar_express schedule run in float32.
+BF16_FP32_STEPS = 2
+
+
+def to_wide(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """``(x, False)`` if ``m <= n`` else ``(x^T, True)``."""
+    return (mT(x), True) if x.shape[-2] > x.shape[-1] else (x, False)
+
+
+def _coef(v, t: int):
+    """Step ``t`` of a coefficient: a float, or a per-matrix tensor of shape ``(..., steps)``."""
+    return v[..., t, None, None] if isinstance(v, torch.Tensor) else v
+
+
+def normalized_start(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Normalise wide ``x`` so that ``sigma_max <= 1``; returns ``(x1, A1, A1^2)`` with ``A1 = x1 x1^T``.
+
+    Frobenius pre-scaling avoids overflow of ``A^2``; the final scale ``||A^2||_F^(1/4)`` is tighter
+    (``<= m^(1/8) sigma_max``). Zero input stays zero (norms are floored, never divided by zero).
+    """
+    tiny = tiny_for(x.dtype)
+    x0 = x / frob(x).clamp_min(tiny)
+    a = x0 @ mT(x0)
+    a2 = a @ a
+    # >= sigma_max(x0)^2 >= 1/m for nonzero x0 (||x0||_F = 1): the floor only acts on zero input
+    s2 = frob(a2).sqrt().clamp_min(0.25 / x.shape[-2])
+    return x0 / s2.sqrt(), a / s2, a2 / (s2 * s2)
+
+
+def polar_iterate(x: torch.Tensor, coeffs, *, a_first=None, dtypes=None) -> torch.Tensor:
+    """Run ``X <- a X + (b A + c A^2) X`` for each ``(a, b, c)`` in ``coeffs`` on wide ``x``.
+
+    ``coeffs`` is a sequence of float triples, or a tensor ``(..., steps, 3)`` of per-matrix coefficients.
+    ``a_first = (A, A^2)`` re-uses an already computed Gram matrix and its square for step 0.
+    ``dtypes``: optional per-step compute dtypes (mixed precision); default: x's dtype throughout.
+    """
+    steps = coeffs.shape[-2] if isinstance(coeffs, torch.Tensor) else len(coeffs)
+    for t in range(steps):
+        if dtypes is not None and x.dtype != dtypes[t]:
+            x = x.to(dtypes[t])
+            a_first = None
+        if isinstance(coeffs, torch.Tensor):
+            ct = coeffs[..., t, :].to(x.dtype)
+            a, b, c = (ct[..., i, None, None] for i in range(3))
+        else:
+            a, b, c = coeffs[t]
+        if t == 0 and a_first is not None:
+            g, g2 = a_first
+        else:
+            g = x @ mT(x)
+            g2 = g @ g
+        x = a * x + (b * g + c * g2) @ x
+    return x
+
+
+def _exact_msign(x: torch.Tensor) -> torch.Tensor:
+    """``U diag(s > tol) V^T`` from a float64 SVD; numerically zero singular values map to 0."""
+    x64 = x.double()
+    u, s, vh = torch.linalg.svd(x64, full_matrices=False)
+    tol = s[..., :1] * (max(x.shape[-2:]) * torch.finfo(torch.float64).eps) + 1e-300
+    keep = (s > tol).to(x64.dtype)
+    return ((u * keep[..., None, :]) @ vh).to(x.dtype)
+
+
+def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_express",
+          lower_bound: float | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Polar factor ``msign(X) = U V^T`` of ``X = U S V^T`` (SPEC §1.1; seed 000 §5.1, seed 002 §2).
+
+    Computed by odd quintic iterations ``X <- a X + (b A + c A^2) X``, ``A = X X^T`` in the wide
+    orientation, with a named coefficient schedule from :data:`spectrakit.linalg.schedules.SCHEDULES`:
+
+    - ``"polar_express"`` (default): minimax quintics for the interval ``[lower_bound, 1]`` (Amsel et al.
+      2025, computed here by Remez exchange, safety factor 1.01). Singular values
+      ``>= lower_bound * sigma_max`` come out within ``1 +- 1e-3`` (fp32) / ``+- 3e-2`` (bf16); smaller ones
+      are mapped monotonically into ``[0, 1]``.
+    - ``"muon"``: Muon's fixed quintic ``(3.4445, -4.7750, 2.0315)``, 5 steps; output singular values
+      land roughly in ``[0.7, 1.2]``.
+    - ``"newton_schulz"``: the cubic ``(1.5, -0.5)``, 12 steps by default (slow start on small values).
+    - ``"exact"``: float64 SVD, ``U diag(s > tol) V^T`` (numerically zero singular values map to 0).
+
+    Zero singular values always map to 0 (the direction is undefined), so ``msign(0) = 0``.
+
+    Args:
+        X: ``(..., m, n)`` floating tensor, finite.
+        steps: iterations (int >= 1); default: 5 (muon), 12 (newton_schulz), or the fewest Polar Express
+            steps reaching the dtype's accuracy for ``lower_bound``.
+        schedule: one of ``SCHEDULES`` or ``"exact"``.
+        lower_bound: in (0, 1); relative size of the smallest singular value that must be mapped to 1
+            (default 1e-3). Only used by schedules that take it (polar_express).
+        dtype: compute dtype (bfloat16/float32/float64); default: the input's (fp16 computes in fp32).
+            With bfloat16 and the polar_express schedule the first 2 steps run in float32 (small singular
+            values cannot be resolved in bf16 next to large ones). The result has the input dtype.
+
+    Raises:
+        TypeError: X not a floating tensor, dtype unsupported.
+        ValueError: X with fewer than 2 dims or non-finite values, unknown schedule, steps < 1,
+            lower_bound outside (0, 1).
+    """
+    check_tensor(X, "X", min_ndim=2)
+    check_choice(schedule, "schedule", set(SCHEDULES) | {"exact"})
+    if steps is not None:
+        check_int(steps, "steps", low=1, high=100)
+    if lower_bound is not None:
+        check_scalar(lower_bound, "lower_bound", low=0.0, high=1.0, low_inclusive=False,
+                     high_inclusive=False, allow_tensor=False)
+    cdt = compute_dtype(X, dtype)
+    if schedule == "exact":
+        return _exact_msign(X)
+    x, transposed = to_wide(X.to(cdt))
+    if schedule == "polar_express":
+        lb = (1e-3 if lower_bound is None else float(lower_bound)) * x.shape[-2] ** (-1 / 8)
+        if steps is None:
+            steps = steps_for(lb, DEFAULT_TOL[cdt])
+        coeffs = SCHEDULES[schedule](steps, lb)
+    else:
+        coeffs = SCHEDULES[schedule](steps, lower_bound)
+    dtypes = None
+    if cdt == torch.bfloat16 and schedule == "polar_express":
+        # small singular values need the first steps in fp32 (bf16 rounding of an iterate of norm ~1
+        # perturbs them by ~4e-3); the remaining steps run in bf16
+        x = x.float()
+        dtypes = [torch.float32 if t < BF16_FP32_STEPS else torch.bfloat16 for t in range(len(coeffs))]
+    x1, a1, a1sq = normalized_start(x)
+    out = polar_iterate(x1, coeffs, a_first=(a1, a1sq), dtypes=dtypes)
+    out = mT(out) if transposed else out
+    return out.to(X.dtype)
+
+
+def sign_iteration(x: torch.Tensor, *, lower_bound: float, tol: float, dtype: torch.dtype | None = None,
+                   fp32_steps: int = 0, fp32_last: int = 0, steps: int | None = None) -> torch.Tensor:
+    """Unchecked Polar Express ``msign`` of ``x`` (any orientation) for internal callers.
+
+    ``lower_bound`` is relative to ``sigma_max`` (the ``m^(1/8)`` slack of the normalisation is added
+    here). ``dtype`` (default x's) is the compute dtype; for bfloat16 the input stays in x's precision
+    (>= fp32) and the first ``fp32_steps`` and last ``fp32_last`` steps run in float32: the first ones
+    resolve small singular values that bf16 cannot represent next to large ones, the last ones polish the
+    bf16 rounding errors away (the iteration is self-correcting). Returns x's dtype.
+    """
+    dtype = x.dtype if dtype is None else dtype
+    xw, transposed = to_wide(x)
+    lb = lower_bound * xw.shape[-2] ** (-1 / 8)
+    if steps is None:
+        steps = steps_for(lb, tol)
+    coeffs = SCHEDULES["polar_express"](steps, lb)
+    if dtype == torch.bfloat16:
+        hi = torch.float32 if xw.dtype == torch.bfloat16 else xw.dtype
+        xw = xw.to(hi)
+        dtypes = [hi if (t < fp32_steps or t >= steps - fp32_last) else torch.bfloat16 for t in range(steps)]
+    else:
+        xw = xw.to(dtype)
+        dtypes = None
+    x1, a1, a1sq = normalized_start(xw)
+    out = polar_iterate(x1, coeffs, a_first=(a1, a1sq), dtypes=dtypes).to(x.dtype)
+    return mT(out) if transposed else out
+
+
+def orthogonalize(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_express",
+                  lower_bound: float | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``orthogonalize(X) = msign(X) = U V^T`` (SPEC §1.3); same arguments and errors as :func:`msign`."""
+    return msign(X, steps=steps, schedule=schedule, lower_bound=lower_bound, dtype=dtype)

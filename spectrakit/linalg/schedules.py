@@ -1,0 +1,174 @@
+"""Coefficient schedules for odd-polynomial polar-factor iterations (SPEC §1.1).
+
+One step of an iteration maps every singular value ``x`` of the current iterate through an odd
+polynomial ``p(x) = a x + b x^3 + c x^5``; in matrix form ``X <- a X + (b A + c A^2) X`` with
+``A = X X^T``. A *schedule* is the list of ``(a, b, c)`` triples used step after step.
+
+The Polar Express schedule (Amsel et al. 2025) picks, at each step, the minimax-optimal odd quintic
+on the current interval ``[l, u]`` that contains every singular value,
+``p* = argmin_p max_{x in [l, u]} |1 - p(x)|``, and then tracks the interval through it:
+``l <- min p = 1 - E``, ``u <- max p = 1 + E`` (E the minimax error). The minimax polynomial is computed
+here with a Remez exchange in float64 numpy (cached); numbers only, no torch and no scipy.
+A safety factor widens each interval to ``[l, (1 + safety) u]`` so that rounding errors that push a
+singular value slightly above ``u`` do not break the tracking. A cushion designs the polynomial on
+``[max(l, cushion * u), u]`` only: for tiny ``l`` the exactly minimax quintic dips to ``1 - E ~ a l`` in the
+middle of the interval, which sends many singular values back near 0 where low precision flips them;
+with the cushion the dip stays >= ~0.1 at the cost of a slightly slower start (``l`` still grows by the
+factor ``p'(0) = a`` per step).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+Coeffs = tuple[tuple[float, float, float], ...]
+
+MUON_QUINTIC = (3.4445, -4.7750, 2.0315)
+NEWTON_SCHULZ_CUBIC = (1.5, -0.5, 0.0)
+
+
+def _poly(coef, x):
+    a, b, c = coef
+    return a * x + b * x**3 + c * x**5
+
+
+def _critical_points(coef, lo: float, hi: float) -> list[float]:
+    """Positive roots of p'(x) = a + 3 b x^2 + 5 c x^4 inside (lo, hi), sorted."""
+    a, b, c = coef
+    if abs(c) < 1e-300:
+        roots2 = [-a / (3 * b)] if b != 0 else []
+    else:
+        disc = 9 * b * b - 20 * a * c
+        if disc < 0:
+            return []
+        sq = math.sqrt(disc)
+        roots2 = [(-3 * b - sq) / (10 * c), (-3 * b + sq) / (10 * c)]
+    pts = sorted(math.sqrt(r) for r in roots2 if r > 0)
+    return [p for p in pts if lo < p < hi]
+
+
+def minimax_quintic(lo: float, hi: float, *, iters: int = 100, tol: float = 1e-15):
+    """Minimax odd quintic approximation of 1 on ``[lo, hi]`` (``0 < lo < hi``) by Remez exchange.
+
+    Returns ``((a, b, c), E)`` with ``max_{x in [lo, hi]} |1 - p(x)| = E``; the error equioscillates at
+    ``lo`` (p = 1 - E), an interior maximum (1 + E), an interior minimum (1 - E) and ``hi`` (1 + E).
+    """
+    if not 0 < lo < hi:
+        raise ValueError(f"need 0 < lo < hi, got lo={lo}, hi={hi}")
+    # Reference points: start from Chebyshev-like points on a log scale (works for tiny lo).
+    ref = np.array([lo, lo + (hi - lo) * 0.25, lo + (hi - lo) * 0.75, hi])
+    if lo / hi < 0.1:
+        ref[1], ref[2] = hi * 0.35, hi * 0.8
+    coef, err = (0.0, 0.0, 0.0), 1.0
+    for _ in range(iters):
+        signs = np.array([1.0, -1.0, 1.0, -1.0])  # e = 1 - p: +E, -E, +E, -E
+        mat = np.stack([ref, ref**3, ref**5, signs], axis=1)
+        sol = np.linalg.solve(mat, np.ones(4))
+        coef, err = (float(sol[0]), float(sol[1]), float(sol[2])), abs(float(sol[3]))
+        crit = _critical_points(coef, lo, hi)
+        if len(crit) != 2:
+            break
+        new = np.array([lo, crit[0], crit[1], hi])
+        if np.max(np.abs(new - ref)) <= tol * hi:
+            ref = new
+            break
+        ref = new
+    # true max error on the interval (exact from critical points and endpoints)
+    pts = [lo, hi] + _critical_points(coef, lo, hi)
+    err = max(abs(1.0 - _poly(coef, x)) for x in pts)
+    return coef, err
+
+
+@functools.lru_cache(maxsize=512)
+def polar_express_coeffs(lower_bound: float, steps: int, safety: float = 1e-2, cushion: float = 0.02) -> Coeffs:
+    """Polar Express schedule: ``steps`` minimax quintics starting from the interval ``[lower_bound, 1]``.
+
+    Args:
+        lower_bound: lower bound ``l`` on ``sigma_min / sigma_upper`` of the (normalised) input, in (0, 1).
+        steps: number of steps, >= 1.
+        safety: relative widening of the upper end of each interval (>= 0).
+        cushion: the polynomial is designed on ``[max(l, cushion u), u]`` (0 <= cushion < 1).
+
+    Returns:
+        tuple of ``(a, b, c)`` triples, one per step.
+    """
+    coeffs, _ = _schedule_with_error(float(lower_bound), int(steps), float(safety), float(cushion))
+    return coeffs
+
+
+@functools.lru_cache(maxsize=512)
+def _schedule_with_error(lower_bound: float, steps: int, safety: float, cushion: float = 0.02,
+                         ) -> tuple[Coeffs, float]:
+    lo, hi = lower_bound, 1.0
+    out = []
+    err = 1.0
+    for _ in range(steps):
+        if hi - lo < 1e-12:  # converged to double precision: keep the identity-like fixed point
+            coef = (1.875, -1.25, 0.375)  # Halley-type quintic with p(1) = 1, p'(1) = p''(1) = 0
+            out.append(coef)
+            continue
+        coef, err = minimax_quintic(max(lo, cushion * hi), hi * (1.0 + safety))
+        out.append(coef)
+        vals = [_poly(coef, x) for x in [lo, hi] + _critical_points(coef, lo, hi)]
+        lo, hi = min(vals), max(vals)
+        err = max(1.0 - lo, hi - 1.0)
+    return tuple(out), err
+
+
+def schedule_error(lower_bound: float, steps: int, safety: float = 1e-2, cushion: float = 0.02) -> float:
+    """Worst ``|1 - sigma_out|`` guaranteed by :func:`polar_express_coeffs` on ``[lower_bound, 1]``."""
+    return _schedule_with_error(float(lower_bound), int(steps), float(safety), float(cushion))[1]
+
+
+def steps_for(lower_bound: float, tol: float, *, max_steps: int = 16, safety: float = 1e-2) -> int:
+    """Smallest number of Polar Express steps whose worst error on ``[lower_bound, 1]`` is <= ``tol``."""
+    for t in range(1, max_steps + 1):
+        if schedule_error(lower_bound, t, safety) <= tol:
+            return t
+    return max_steps
+
+
+# ---------------------------------------------------------------------------------------------------
+# Registry of named schedules: name -> function(steps, lower_bound) -> Coeffs.
+# Users may add their own: ``SCHEDULES["mine"] = lambda steps, lower_bound: ((a, b, c),) * steps``.
+
+def _muon(steps: int | None, lower_bound: float | None) -> Coeffs:
+    return (MUON_QUINTIC,) * (5 if steps is None else steps)
+
+
+def _newton_schulz(steps: int | None, lower_bound: float | None) -> Coeffs:
+    return (NEWTON_SCHULZ_CUBIC,) * (12 if steps is None else steps)
+
+
+def _polar_express(steps: int | None, lower_bound: float | None) -> Coeffs:
+    lb = 1e-3 if lower_bound is None else lower_bound
+    if steps is None:
+        steps = steps_for(lb, 1e-4)
+    return polar_express_coeffs(lb, steps)
+
+
+SCHEDULES: dict[str, Callable[[int | None, float | None], Coeffs]] = {
+    "muon": _muon,
+    "polar_express": _polar_express,
+    "newton_schulz": _newton_schulz,
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# A grid of Polar Express schedules indexed by the lower bound, for per-matrix lower bounds that are
+# only known as tensors on the device (soft_clip): the matrix picks the grid point just below its l.
+
+GRID_PER_DECADE = 4
+GRID_MIN_EXP = -8
+
+
+@functools.lru_cache(maxsize=64)
+def lower_bound_grid(steps: int, safety: float = 1e-2) -> tuple[tuple[float, ...], tuple[Coeffs, ...]]:
+    """Grid points ``l_k = 10^(k/4)`` for ``k = -32..-1`` and the ``steps``-step schedule for each."""
+    exps = [e / GRID_PER_DECADE for e in range(GRID_MIN_EXP * GRID_PER_DECADE, 0)]
+    grid = tuple(10.0**e for e in exps)
+    return grid, tuple(polar_express_coeffs(g, steps, safety) for g in grid)

@@ -1,0 +1,37 @@
+"""SPECTRA, Muon and the plain optimizers as one update pipeline (seed 000, SPEC §2).
+
+``pre-transform(grad) -> base direction (with state) -> post-transform -> p <- (1 - lr wd) p - lr alpha post(U)``
+
+- :class:`Spectra`: the pipeline (a ``torch.optim.Optimizer``); parts in :mod:`.bases`,
+  :mod:`.transforms` and :mod:`.schedules`.
+- Presets (thin subclasses setting ``base``/``post``/``scale`` defaults): ``SpectraAdamW``,
+  ``SpectraSignum``, ``SpectraSGD``, ``SpectraAdEMAMix``, ``SpectraMARS``, ``SpectraLion``, and the
+  baselines ``AdamW``, ``Signum``, ``SGD``, ``AdEMAMix``, ``MARS``, ``Lion``, ``Muon``, ``DMuon``.
+"""
+
+from spectrakit.optim.bases import BASES
+from spectrakit.optim.presets import (
+    MARS,
+    SGD,
+    AdamW,
+    AdEMAMix,
+    DMuon,
+    Lion,
+    Muon,
+    Signum,
+    SpectraAdamW,
+    SpectraAdEMAMix,
+    SpectraLion,
+    SpectraMARS,
+    SpectraSGD,
+    SpectraSignum,
+)
+from spectrakit.optim.schedules import clip_threshold, make_schedule
+from spectrakit.optim.spectra import Spectra
+from spectrakit.optim.transforms import POST_TRANSFORMS, update_scale
+
+__all__ = [
+    "BASES", "POST_TRANSFORMS", "Spectra", "clip_threshold", "make_schedule", "update_scale",
+    "SpectraAdamW", "SpectraSignum", "SpectraSGD", "SpectraAdEMAMix", "SpectraMARS", "SpectraLion",
+    "AdamW", "Signum", "SGD", "AdEMAMix", "MARS", "Lion", "Muon", "DMuon",
+]

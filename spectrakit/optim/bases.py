@@ -1,0 +1,266 @@
+"""Base directions ``U_k`` of the update pipeline (seed 000 §2 eq. (1), Alg. 2 line 10).
+
+A base direction is a small stateless object with
+
+- ``defaults``: its hyperparameters and their default values (merged into the param group),
+- ``init_state(p) -> dict``: buffers for one parameter in :func:`state_dtype` (fp32 for bf16/fp16
+  parameters) plus ``step``, a 0-d tensor,
+- ``direction_(u, states, group, ok, mul_)``: consumes the (pre-transformed) gradients held in the
+  work tensors ``u`` (one per parameter), updates the states and overwrites ``u`` with the directions.
+
+``ok`` is a 0-d tensor (work dtype), 1 for a normal step and 0 for a skipped one (non-finite gradients): every
+state update is written as ``buf <- buf + ok * w * (new - buf)`` so a skipped step leaves the states
+(and ``step``) exactly unchanged without a Python branch on a tensor value. ``mul_(f)`` multiplies
+``u[i]`` by ``f[i]`` for a ``(B,)`` tensor ``f`` (the optimizer implements it as one kernel on the stacked
+batch). All loops are ``torch._foreach_*`` calls over the members of one batch.
+
+Decoupled weight decay and the learning rate are not part of the direction: the optimizer applies
+``p <- (1 - lr wd) p - lr * alpha * post(U)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from spectrakit._checks import check_scalar
+
+
+def _check_betas(betas, n: int, name: str = "betas"):
+    if not isinstance(betas, (tuple, list)) or len(betas) != n:
+        raise ValueError(f"{name} must be a tuple of {n} numbers in [0, 1), got {betas!r}")
+    for i, b in enumerate(betas):
+        check_scalar(b, f"{name}[{i}]", low=0.0, high=1.0, high_inclusive=False, allow_tensor=False)
+
+
+def state_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Dtype of optimizer state and work tensors: fp32 for fp16/bf16 parameters, else the parameter's."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _zeros(p: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(p.shape, dtype=state_dtype(p.dtype), device=p.device)
+
+
+def _step(p: torch.Tensor) -> torch.Tensor:
+    return torch.zeros((), dtype=state_dtype(p.dtype), device=p.device)
+
+
+def advance_steps(states: list[dict], ok: torch.Tensor) -> torch.Tensor:
+    """``step <- step + ok`` for every state; returns the new steps as a ``(B,)`` tensor, at least 1
+    (so that bias corrections of a skipped first step stay finite; the update is zeroed anyway)."""
+    steps = [s["step"] for s in states]
+    torch._foreach_add_(steps, ok)
+    return torch.stack(steps).clamp_min(1.0)
+
+
+class AdamW:
+    """AdamW direction (Loshchilov & Hutter 2019):
+    ``m <- b1 m + (1-b1) g``, ``v <- b2 v + (1-b2) g^2``, ``U = (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``.
+    Hyperparameters: ``betas`` in [0,1)^2, ``eps`` >= 0."""
+
+    name = "adamw"
+    defaults = {"betas": (0.9, 0.999), "eps": 1e-8}
+
+    def validate(self, group):
+        _check_betas(group["betas"], 2)
+        check_scalar(group["eps"], "eps", low=0.0, allow_tensor=False)
+
+    def init_state(self, p):
+        return {"step": _step(p), "exp_avg": _zeros(p), "exp_avg_sq": _zeros(p)}
+
+    def direction_(self, u, states, group, ok, mul_):
+        b1, b2 = group["betas"]
+        t = advance_steps(states, ok)
+        m = [s["exp_avg"] for s in states]
+        v = [s["exp_avg_sq"] for s in states]
+        adam_direction_(u, m, v, t, b1, b2, group["eps"], ok, mul_)
+
+
+def adam_direction_(u, m, v, t, b1, b2, eps, ok, mul_):
+    """Shared Adam core: moments of ``u`` (in place), then ``u <- m_hat / (sqrt(v_hat) + eps)``."""
+    torch._foreach_lerp_(m, u, (1 - b1) * ok)
+    torch._foreach_mul_(u, u)
+    torch._foreach_lerp_(v, u, (1 - b2) * ok)
+    torch._foreach_copy_(u, v)
+    torch._foreach_sqrt_(u)
+    mul_(torch.rsqrt(1.0 - b2 ** t))
+    torch._foreach_add_(u, eps)
+    torch._foreach_reciprocal_(u)
+    torch._foreach_mul_(u, m)
+    mul_(1.0 / (1.0 - b1 ** t))
+
+
+class Signum:
+    """Signum direction (Bernstein et al. 2018): ``m <- b m + (1-b) g``, ``U = sign(m)``; with
+    ``nesterov=True``: ``U = sign((1-b) g + b m)``. Hyperparameters: ``momentum`` b in [0, 1), ``nesterov``."""
+
+    name = "signum"
+    defaults = {"momentum": 0.9, "nesterov": False}
+
+    def validate(self, group):
+        check_scalar(group["momentum"], "momentum", low=0.0, high=1.0, high_inclusive=False, allow_tensor=False)
+
+    def init_state(self, p):
+        return {"step": _step(p), "momentum_buffer": _zeros(p)}
+
+    def direction_(self, u, states, group, ok, mul_):
+        b = group["momentum"]
+        advance_steps(states, ok)
+        m = [s["momentum_buffer"] for s in states]
+        torch._foreach_lerp_(m, u, (1 - b) * ok)
+        if group["nesterov"]:
+            torch._foreach_lerp_(u, m, b)
+        else:
+            torch._foreach_copy_(u, m)
+        torch._foreach_sign_(u)
+
+
+class SGD:
+    """SGD-momentum direction (torch.optim.SGD convention): ``m <- b m + (1-d) g``, ``U = m``; with
+    ``nesterov=True``: ``U = (1-d) g + b m``. ``dampening`` d = 0 is torch's SGD (heavy ball), d = b the
+    EMA form used by Keller Jordan's Muon. Hyperparameters: ``momentum`` in [0, 1), ``dampening`` in [0, 1],
+    ``nesterov``."""
+
+    name = "sgd"
+    defaults = {"momentum": 0.9, "dampening": 0.0, "nesterov": False}
+
+    def validate(self, group):
+        check_scalar(group["momentum"], "momentum", low=0.0, high=1.0, high_inclusive=False, allow_tensor=False)
+        check_scalar(group["dampening"], "dampening", low=0.0, high=1.0, allow_tensor=False)
+
+    def init_state(self, p):
+        return {"step": _step(p), "momentum_buffer": _zeros(p)}
+
+    def direction_(self, u, states, group, ok, mul_):
+        b, d = group["momentum"], group["dampening"]
+        advance_steps(states, ok)
+        m = [s["momentum_buffer"] for s in states]
+        torch._foreach_mul_(u, (1 - d) * ok)  # (1-d) g, zero on a skipped step
+        torch._foreach_mul_(m, 1 - (1 - b) * ok)  # b m, unchanged on a skipped step
+        torch._foreach_add_(m, u)
+        if group["nesterov"]:
+            torch._foreach_add_(u, m, alpha=b)
+        else:
+            torch._foreach_copy_(u, m)
+
+
+class Lion:
+    """Lion direction (Chen et al. 2023): ``U = sign(b1 m + (1-b1) g)``, then ``m <- b2 m + (1-b2) g``.
+    Hyperparameters: ``betas`` in [0,1)^2 (default (0.9, 0.99))."""
+
+    name = "lion"
+    defaults = {"betas": (0.9, 0.99)}
+
+    def validate(self, group):
+        _check_betas(group["betas"], 2)
+
+    def init_state(self, p):
+        return {"step": _step(p), "exp_avg": _zeros(p)}
+
+    def direction_(self, u, states, group, ok, mul_):
+        b1, b2 = group["betas"]
+        advance_steps(states, ok)
+        m = [s["exp_avg"] for s in states]
+        interp = torch._foreach_lerp(u, m, b1)
+        torch._foreach_lerp_(m, u, (1 - b2) * ok)
+        torch._foreach_sign_(interp)
+        torch._foreach_copy_(u, interp)
+
+
+class AdEMAMix:
+    """AdEMAMix direction (Pagliardini et al. 2024):
+    ``m1 <- b1 m1 + (1-b1) g``, ``m2 <- b3_t m2 + (1-b3_t) g``, ``v <- b2 v + (1-b2) g^2``,
+    ``U = (m1 / (1-b1^t) + alpha_t m2) / (sqrt(v / (1-b2^t)) + eps)``, with the warm-ups
+    ``alpha_t = min(t alpha / T_alpha, alpha)`` and
+    ``b3_t = min(exp(ln(b1) ln(b3) / ((1 - t/T_b3) ln(b3) + (t/T_b3) ln(b1))), b3)`` (off when T is None).
+    Hyperparameters: ``betas`` (b1, b2, b3) in [0,1)^3, ``alpha`` >= 0, ``alpha_warmup`` T_alpha and
+    ``beta3_warmup`` T_b3 (None or int >= 1), ``eps`` >= 0."""
+
+    name = "ademamix"
+    defaults = {"betas": (0.9, 0.999, 0.9999), "alpha": 2.0, "alpha_warmup": None, "beta3_warmup": None,
+                "eps": 1e-8}
+
+    def validate(self, group):
+        _check_betas(group["betas"], 3)
+        check_scalar(group["alpha"], "alpha", low=0.0, allow_tensor=False)
+        check_scalar(group["eps"], "eps", low=0.0, allow_tensor=False)
+        for key in ("alpha_warmup", "beta3_warmup"):
+            if group[key] is not None:
+                check_scalar(group[key], key, low=1, allow_tensor=False)
+
+    def init_state(self, p):
+        return {"step": _step(p), "exp_avg": _zeros(p), "exp_avg_slow": _zeros(p), "exp_avg_sq": _zeros(p)}
+
+    @staticmethod
+    def schedules(t: torch.Tensor, group) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(alpha_t, b3_t)`` for a tensor of steps ``t`` (pure tensor arithmetic, no host sync)."""
+        b1, _, b3 = group["betas"]
+        alpha, ta, tb = group["alpha"], group["alpha_warmup"], group["beta3_warmup"]
+        alpha_t = torch.clamp(t * (alpha / ta), max=alpha) if ta else torch.full_like(t, alpha)
+        if tb and b1 > 0:
+            lb1, lb3 = math.log(b1), math.log(b3)
+            frac = t / tb
+            b3_t = torch.clamp(torch.exp(lb1 * lb3 / ((1 - frac) * lb3 + frac * lb1)), max=b3)
+        else:
+            b3_t = torch.full_like(t, b3)
+        return alpha_t, b3_t
+
+    def direction_(self, u, states, group, ok, mul_):
+        b1, b2, _ = group["betas"]
+        t = advance_steps(states, ok)
+        alpha_t, b3_t = self.schedules(t, group)
+        m1 = [s["exp_avg"] for s in states]
+        m2 = [s["exp_avg_slow"] for s in states]
+        v = [s["exp_avg_sq"] for s in states]
+        torch._foreach_lerp_(m1, u, (1 - b1) * ok)
+        torch._foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)))
+        torch._foreach_mul_(u, u)
+        torch._foreach_lerp_(v, u, (1 - b2) * ok)
+        torch._foreach_copy_(u, v)  # u <- 1 / (sqrt(v_hat) + eps)
+        torch._foreach_sqrt_(u)
+        mul_(torch.rsqrt(1.0 - b2 ** t))
+        torch._foreach_add_(u, group["eps"])
+        torch._foreach_reciprocal_(u)
+        fast = torch._foreach_mul(u, m1)
+        torch._foreach_mul_(u, m2)
+        mul_(alpha_t)
+        torch._foreach_mul_(fast, list((1.0 / (1.0 - b1 ** t)).unbind(0)))
+        torch._foreach_add_(u, fast)
+
+
+class MARS:
+    """MARS-AdamW direction (Yuan et al. 2024, the practical "approx" variant with the previous step's
+    gradient): ``c = g + gamma * b1/(1-b1) * (g - g_prev)``, ``c <- c / max(1, ||c||_F)`` (unit-norm clip,
+    per parameter), then the AdamW moments and direction of ``c``. ``g_prev`` starts at 0 (zero-initialised
+    buffer, as in the official code). Hyperparameters: ``betas`` in [0,1)^2 (default (0.95, 0.99)),
+    ``gamma`` >= 0 (default 0.025), ``eps`` >= 0."""
+
+    name = "mars"
+    defaults = {"betas": (0.95, 0.99), "gamma": 0.025, "eps": 1e-8}
+
+    def validate(self, group):
+        _check_betas(group["betas"], 2)
+        check_scalar(group["gamma"], "gamma", low=0.0, allow_tensor=False)
+        check_scalar(group["eps"], "eps", low=0.0, allow_tensor=False)
+
+    def init_state(self, p):
+        return {"step": _step(p), "exp_avg": _zeros(p), "exp_avg_sq": _zeros(p), "last_grad": _zeros(p)}
+
+    def direction_(self, u, states, group, ok, mul_):
+        b1, b2 = group["betas"]
+        t = advance_steps(states, ok)
+        last = [s["last_grad"] for s in states]
+        diff = torch._foreach_sub(u, last)
+        torch._foreach_lerp_(last, u, ok)  # g_prev <- g (unchanged on a skipped step)
+        torch._foreach_add_(u, diff, alpha=group["gamma"] * b1 / (1 - b1))
+        del diff
+        norms = torch.stack(torch._foreach_norm(u))
+        mul_(1.0 / norms.clamp_min(1.0))
+        m = [s["exp_avg"] for s in states]
+        v = [s["exp_avg_sq"] for s in states]
+        adam_direction_(u, m, v, t, b1, b2, group["eps"], ok, mul_)
+
+
+BASES = {cls.name: cls() for cls in (AdamW, Signum, SGD, Lion, AdEMAMix, MARS)}

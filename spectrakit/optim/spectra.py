@@ -1,0 +1,322 @@
+"""The SPECTRA update pipeline as one ``torch.optim.Optimizer`` (seed 000 Alg. 2, SPEC §2).
+
+For every parameter ``X`` with a gradient ``g`` (matrices: ndim >= 2, conv kernels viewed as
+``(out, in*k*k)``):
+
+.. code-block:: text
+
+    g  <- pre(g, c_pre_k)                 if pre_c is set          (Alg. 2 line 5, off by default)
+    U  <- base.direction(g, state)        AdamW / Signum / SGD-M / AdEMAMix / MARS / Lion
+    X  <- (1 - lr_k wd) X - lr_k * alpha * post(U, c_k)            (Alg. 2 line 11)
+
+Implementation of one ``step()`` (no host-device synchronisation anywhere):
+
+1. one fused non-finite check over all gradients (``_foreach_norm(inf)``) gives a 0-d flag ``ok``;
+2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
+   group form one flat batch); the gradients of a batch are copied into ONE work tensor (fp32 for
+   bf16/fp16 parameters, else the parameter dtype)
+   (stacked ``(B, m, n)`` or concatenated), non-finite entries zeroed;
+3. the base direction updates the fp32 states and overwrites the work tensor with ``U``
+   (``torch._foreach_*`` over the batch);
+4. :meth:`Spectra._post_transform_groups` post-transforms the stacked batches, one call per batch
+   (a distributed subclass overrides this method to shard each batch across ranks);
+5. ``p <- p * (1 - lr wd ok) + (-lr alpha ok) * post(U)`` with two ``_foreach`` calls.
+
+Non-finite gradient policy: if ANY gradient of the step contains inf/nan, the whole step is a no-op
+(parameters, moments and per-parameter ``step`` counters unchanged) and every group's
+``skipped_steps`` (0-d int64 tensor, saved in ``state_dict``) grows by one. This is decided by tensor
+arithmetic (``ok`` multiplies every state/parameter update), never by a Python ``if`` on a tensor.
+Non-finite entries of ``p.grad`` are not modified; the copies in the work tensor are zeroed.
+
+Extra memory per step: one fp32 work tensor per batch plus the post-transform's output and its
+temporaries; batches are processed one after the other, so the peak is set by the largest batch
+(optionally bounded by ``max_batch_numel``). Parameters are never cloned.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import torch
+
+from spectrakit._checks import check_choice, check_int, check_scalar
+from spectrakit.optim.bases import BASES, state_dtype
+from spectrakit.optim.schedules import clip_threshold, make_schedule
+from spectrakit.optim.transforms import (
+    POST_TRANSFORMS,
+    PRE_TRANSFORMS,
+    SCALES,
+    matrix_shape,
+    update_scale,
+    vector_soft_clip_factors,
+)
+
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+
+
+class Spectra(torch.optim.Optimizer):
+    r"""One update pipeline for SPECTRA, Muon and the plain optimizers (seed 000 Alg. 2).
+
+    ``X <- (1 - lr_k wd) X - lr_k * alpha * post(base(pre(g)), c_k)``.
+
+    Args (all are per-group hyperparameters; a param group dict may override any of them, including
+    ``base``/``post``, e.g. ``{"params": [emb.weight], "post": "none"}``):
+        params: iterable of tensors or of param-group dicts.
+        base: base direction, one of ``"adamw"``, ``"signum"``, ``"sgd"``, ``"ademamix"``, ``"mars"``,
+            ``"lion"`` (see :mod:`spectrakit.optim.bases`).
+        post: post-transform of the matrix directions, one of ``"soft_clip"`` (SPECTRA, default),
+            ``"soft_clip_exact"``, ``"hard_clip"`` (exact SVD), ``"hardcap"``, ``"orthogonalize"``,
+            ``"newton_schulz5"`` (Muon), ``"global_clip"`` (Frobenius), ``"none"`` (see
+            :mod:`spectrakit.optim.transforms`).
+        lr: learning rate >= 0 (any ``torch.optim.lr_scheduler`` may change it).
+        weight_decay: decoupled weight decay ``wd`` >= 0 (applied as ``(1 - lr wd)``).
+        c: clip threshold > 0 of the post-transform (ignored by ``orthogonalize``/``none``).
+        pre_c: threshold > 0 of the pre-transform of the raw gradient, or None (off, default).
+        pre: pre-transform name: ``"soft_clip"`` (default), ``"soft_clip_exact"`` or ``"hard_clip"``.
+        warmup_steps: int >= 0, length of the LR warm-up during which ``c_k = c * peak_lr / lr_k``.
+        c_schedule, pre_c_schedule: ``"standard"`` (default for ``c``), ``"constant"`` (default for
+            ``pre_c``) or a dict (see :func:`spectrakit.optim.schedules.make_schedule`; optional final decay).
+        scale: ``alpha``: ``"auto"`` (1 for ``post="none"``, else ``"spectra"`` = ``max(1, sqrt(m/n))``),
+            ``"muon"`` (``max(1, m/n)^0.5``), ``"moonlight"`` (``0.2 sqrt(max(m, n))``), ``"none"`` (1),
+            or a positive number. 1-D parameters always use alpha = 1 unless a number is given.
+        post_steps: iteration count passed to the iterative post/pre-transforms (None: their default).
+        post_dtype: compute dtype of the iterative post/pre-transforms: None (the work dtype, fp32 for
+            fp32/bf16 params), ``"bfloat16"``, ``"float32"`` or ``"float64"`` (a string, so that state dicts
+            stay loadable with ``weights_only=True``).
+        vector_clip: if True, 1-D/0-d parameters get the smooth vector clip
+            ``u / sqrt(1 + ||u||^2 / c^2)`` as post-transform (and as pre-transform when ``pre_c`` is set).
+        peak_lr: LR peak for the warm-up rule (None: the group's ``lr`` at construction).
+        max_batch_numel: None (default: one batch per shape) or an int >= 1 capping the elements of a
+            stacked batch (bounds the extra memory; a single larger parameter still forms its own batch).
+        **base_kwargs: hyperparameters of the base direction (e.g. ``betas``, ``eps``, ``momentum``,
+            ``nesterov``, ``dampening``, ``alpha``, ``gamma``); unknown names raise TypeError.
+
+    Raises:
+        ValueError: a hyperparameter out of range (lr < 0, c <= 0, betas outside [0, 1), ...) or an
+            unknown base/post/scale name; the message names the argument and the accepted range.
+        TypeError: unknown keyword, or a non-floating/complex parameter.
+
+    State: per parameter the base's buffers (fp32 for bf16/fp16 parameters, else the parameter dtype) and ``step``; per group ``steps_taken`` (int, drives the
+    clip schedules) and ``skipped_steps`` (0-d int64 tensor). ``state_dict``/``load_state_dict`` resume
+    exactly (fp32 state of bf16 parameters stays fp32).
+    """
+
+    def __init__(self, params, base: str = "adamw", post: str = "soft_clip", lr: float = 1e-3,
+                 weight_decay: float = 0.1, c: float = 10.0, pre_c: float | None = None, pre: str = "soft_clip",
+                 warmup_steps: int = 0, c_schedule="standard", pre_c_schedule="constant", scale="auto",
+                 post_steps: int | None = None, post_dtype: str | None = None, vector_clip: bool = False, peak_lr: float | None = None,
+                 max_batch_numel: int | None = None, **base_kwargs):
+        check_choice(base, "base", BASES)
+        unknown = set(base_kwargs) - set(BASES[base].defaults)
+        if unknown:
+            raise TypeError(f"unknown hyperparameters {sorted(unknown)} for base={base!r}; accepted: "
+                            f"{sorted(BASES[base].defaults)}")
+        defaults = dict(base=base, post=post, lr=lr, weight_decay=weight_decay, c=c, pre_c=pre_c, pre=pre,
+                        warmup_steps=warmup_steps, c_schedule=c_schedule, pre_c_schedule=pre_c_schedule,
+                        scale=scale, post_steps=post_steps, post_dtype=post_dtype, vector_clip=vector_clip, peak_lr=peak_lr,
+                        max_batch_numel=max_batch_numel, **BASES[base].defaults)
+        defaults.update(base_kwargs)
+        super().__init__(params, defaults)
+
+    # ------------------------------------------------------------------ param groups and validation
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a param group; fills the defaults of the group's own base and validates every value."""
+        base = param_group.get("base", self.defaults["base"])
+        check_choice(base, "base", BASES)
+        for key, value in BASES[base].defaults.items():
+            if base != self.defaults["base"]:
+                param_group.setdefault(key, value)
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        for p in group["params"]:
+            if not p.is_floating_point() or p.is_complex():
+                raise TypeError(f"params must be real floating-point tensors, got {p.dtype}")
+        group["c_schedule"] = make_schedule(group["c_schedule"], "c_schedule")
+        group["pre_c_schedule"] = make_schedule(group["pre_c_schedule"], "pre_c_schedule")
+        if group["peak_lr"] is None:
+            group["peak_lr"] = group["lr"]
+        group.setdefault("steps_taken", 0)
+        group.setdefault("skipped_steps", torch.zeros((), dtype=torch.int64))
+        self._validate(group)
+
+    @staticmethod
+    def _validate(group: dict) -> None:
+        check_choice(group["post"], "post", POST_TRANSFORMS)
+        check_choice(group["pre"], "pre", PRE_TRANSFORMS)
+        check_scalar(group["lr"], "lr", low=0.0, allow_tensor=False)
+        check_scalar(group["peak_lr"], "peak_lr", low=0.0, allow_tensor=False)
+        check_scalar(group["weight_decay"], "weight_decay", low=0.0, allow_tensor=False)
+        check_scalar(group["c"], "c", low=0.0, low_inclusive=False, allow_tensor=False)
+        if group["pre_c"] is not None:
+            check_scalar(group["pre_c"], "pre_c", low=0.0, low_inclusive=False, allow_tensor=False)
+        check_int(group["warmup_steps"], "warmup_steps", low=0)
+        if group["post_steps"] is not None:
+            check_int(group["post_steps"], "post_steps", low=1)
+        if group["post_dtype"] is not None:
+            check_choice(group["post_dtype"], "post_dtype", _DTYPES)
+        if group["max_batch_numel"] is not None:
+            check_int(group["max_batch_numel"], "max_batch_numel", low=1)
+        if isinstance(group["scale"], str):
+            check_choice(group["scale"], "scale", SCALES)
+        else:
+            check_scalar(group["scale"], "scale", low=0.0, low_inclusive=False, allow_tensor=False)
+        BASES[group["base"]].validate(group)
+
+    @property
+    def skipped_steps(self) -> torch.Tensor:
+        """Number of steps skipped because of non-finite gradients (0-d tensor; reading it does not sync)."""
+        return self.param_groups[0]["skipped_steps"]
+
+    # ------------------------------------------------------------------ state dict
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a state dict; unlike ``torch.optim.Optimizer`` keeps fp32 state of low-precision params fp32."""
+        saved_state = state_dict["state"]
+        super().load_state_dict(state_dict)
+        ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
+        params = chain.from_iterable(g["params"] for g in self.param_groups)
+        for pid, p in zip(ids, params):
+            if pid in saved_state:
+                self.state[p] = {k: (v.to(device=p.device, copy=True) if torch.is_tensor(v) else v)
+                                 for k, v in saved_state[pid].items()}
+        for g in self.param_groups:
+            g["skipped_steps"] = g["skipped_steps"].clone()
+
+    # ------------------------------------------------------------------ the step
+    def _finite_flag(self, grads: list[torch.Tensor]) -> torch.Tensor:
+        """0-d fp32 tensor: 1.0 if every gradient is finite, else 0.0 (one fused reduction per device)."""
+        by_device: dict[torch.device, list[torch.Tensor]] = {}
+        for g in grads:
+            by_device.setdefault(g.device, []).append(g)
+        flags = [torch.stack(torch._foreach_norm(gs, float("inf"))).isfinite().all()
+                 for gs in by_device.values()]
+        ok = flags[0]
+        for f in flags[1:]:
+            ok = ok & f.to(ok.device, non_blocking=True)
+        return ok.float()
+
+    def _batches(self, group: dict):
+        """Split a group's parameters with gradients into batches: (kind, shape, params).
+
+        ``kind`` is ``"matrix"`` (ndim >= 2, same ``(m, n)`` view, dtype, device) or ``"flat"``
+        (ndim < 2, same dtype and device); batches respect ``max_batch_numel``."""
+        buckets: dict[tuple, list[torch.Tensor]] = {}
+        for p in group["params"]:
+            if p.grad is None or p.numel() == 0:
+                continue
+            if p.grad.is_sparse:
+                raise ValueError("sparse gradients are not supported by Spectra")
+            key = ("matrix", matrix_shape(p.shape)) if p.ndim >= 2 else ("flat", None)
+            buckets.setdefault((*key, p.dtype, p.device), []).append(p)
+        cap = group["max_batch_numel"]
+        for (kind, shape, _, _), ps in buckets.items():
+            if cap is None:
+                yield kind, shape, ps
+                continue
+            chunk, size = [], 0
+            for p in ps:
+                if chunk and size + p.numel() > cap:
+                    yield kind, shape, chunk
+                    chunk, size = [], 0
+                chunk.append(p)
+                size += p.numel()
+            yield kind, shape, chunk
+
+    def _post_transform_groups(self, batches: list[dict]) -> list[torch.Tensor]:
+        """Post-transform stacked batches: one call of the transform per batch.
+
+        Each batch is a dict with ``U`` (work dtype, ``(B, m, n)``), ``post`` (name), ``c`` (float threshold),
+        ``steps`` (iteration count or None) and ``dtype`` (compute dtype or None). Returns the transformed batches (same shapes). This is
+        the step a distributed subclass overrides (split each batch by owner rank, transform the own
+        slice, all-gather)."""
+        out = []
+        for b in batches:
+            fn = POST_TRANSFORMS[b["post"]]
+            out.append(b["U"] if fn is None else fn(b["U"], b["c"], b["steps"], b["dtype"]))
+        return out
+
+    def _state(self, p: torch.Tensor, base) -> dict:
+        state = self.state[p]
+        if not state:
+            state.update(base.init_state(p))
+        return state
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Perform one update (see the module docstring); returns ``closure()`` if given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grads = [p.grad for g in self.param_groups for p in g["params"]
+                 if p.grad is not None and p.numel() > 0]
+        if not grads:
+            for group in self.param_groups:
+                group["steps_taken"] += 1
+            return loss
+        ok = self._finite_flag(grads)
+        skipped = (1 - ok).to(torch.int64)
+        for group in self.param_groups:
+            self._step_group(group, ok)
+            if group["skipped_steps"].device != ok.device:
+                group["skipped_steps"] = group["skipped_steps"].to(ok.device)
+            group["skipped_steps"].add_(skipped)
+            group["steps_taken"] += 1
+        return loss
+
+    def _step_group(self, group: dict, ok: torch.Tensor) -> None:
+        base = BASES[group["base"]]
+        k, lr = group["steps_taken"], group["lr"]
+        c_k = clip_threshold(group["c"], k, lr, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
+        pre_c = group["pre_c"]
+        post_dtype = None if group["post_dtype"] is None else _DTYPES[group["post_dtype"]]
+        pre_c_k = None if pre_c is None else clip_threshold(pre_c, k, lr, group["peak_lr"],
+                                                            group["warmup_steps"], group["pre_c_schedule"])
+        for kind, shape, params in self._batches(group):
+            dev, wdt = params[0].device, state_dtype(params[0].dtype)
+            ok_d = ok.to(device=dev, dtype=wdt, non_blocking=True)
+            if kind == "matrix":
+                buf = torch.empty((len(params), *shape), dtype=wdt, device=dev)
+                views = [v.view(p.shape) for v, p in zip(buf.unbind(0), params)]
+                torch._foreach_copy_(views, [p.grad for p in params])
+
+                def mul_(f, buf=buf):
+                    buf.mul_(f.view(-1, 1, 1))
+            else:
+                sizes = [p.numel() for p in params]
+                buf = torch.empty(sum(sizes), dtype=wdt, device=dev)
+                views = [v.view(p.shape) for v, p in zip(buf.split(sizes), params)]
+                torch._foreach_copy_(views, [p.grad for p in params])
+
+                def mul_(f, views=views):
+                    torch._foreach_mul_(views, list(f.unbind(0)))
+            buf.nan_to_num_(0.0, 0.0, 0.0)  # finite work copy; the step is cancelled by ok = 0 anyway
+
+            # (1) pre-transform of the raw gradient
+            if pre_c_k is not None:
+                if kind == "matrix":
+                    buf.copy_(POST_TRANSFORMS[group["pre"]](buf, pre_c_k, group["post_steps"], post_dtype))
+                elif group["vector_clip"]:
+                    mul_(vector_soft_clip_factors(torch.stack(torch._foreach_norm(views)), pre_c_k))
+            # (2) base direction, in place
+            base.direction_(views, [self._state(p, base) for p in params], group, ok_d, mul_)
+            # (3) post-transform, once per stacked batch
+            post = group["post"]
+            if kind == "matrix":
+                upd = self._post_transform_groups(
+                    [{"U": buf, "post": post, "c": c_k, "steps": group["post_steps"], "dtype": post_dtype}])[0]
+                alpha = update_scale(group["scale"], post, *shape)
+            else:
+                if group["vector_clip"]:
+                    mul_(vector_soft_clip_factors(torch.stack(torch._foreach_norm(views)), c_k))
+                upd = buf
+                alpha = group["scale"] if not isinstance(group["scale"], str) else 1.0
+            # (4) p <- (1 - lr wd) p - lr alpha post(U), cancelled when ok = 0
+            if group["weight_decay"] != 0:
+                torch._foreach_mul_(params, 1 - (lr * group["weight_decay"]) * ok_d)
+            upd.mul_((-lr * alpha) * ok_d)  # upd is the work tensor or a fresh output: ours to modify
+            if kind == "matrix":
+                deltas = [d.view(p.shape) for d, p in zip(upd.unbind(0), params)]
+            else:
+                deltas = views
+            torch._foreach_add_(params, deltas)

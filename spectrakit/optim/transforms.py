@@ -1,0 +1,129 @@
+"""Post-/pre-transforms of a batch of update matrices and the per-matrix update scale ``alpha``.
+
+Every transform ``fn(U, c, steps=None, dtype=None)`` maps a stacked batch ``U`` of shape ``(B, m, n)``
+and a threshold ``c`` (float) to a batch of the same shape and dtype (``dtype``: compute dtype of the
+iterative ones, e.g. bfloat16; ``steps``: their iteration count; None = linalg's defaults); the
+optimizer calls it once per (shape, dtype) batch. Names:
+
+=================  ================================================================  ======================
+name               singular values ``s -> ...`` (``U = P diag(s) Q^T``)             implementation
+=================  ================================================================  ======================
+``soft_clip``      ``s / sqrt(1 + s^2/c^2)`` (SPECTRA's SSC, seed 000 §5.1 Alg. 1)   ``linalg.soft_clip``
+``soft_clip_exact````s / sqrt(1 + s^2/c^2)``                                         float64 SVD (reference)
+``hard_clip``      ``min(s, c)`` (clip^sp_c of seed 000 §2, exact)                   float64 SVD
+``hardcap``        ``min(s, c)``                                                     ``linalg.spectral_hardcap``
+``orthogonalize``  ``1`` (post-orthogonalisation ablation, §F.3 Table F.8)           ``linalg.orthogonalize``
+``newton_schulz5`` ``≈1`` in [0.7, 1.2] (Muon's quintic, 5 steps, Jordan et al. 2024) ``linalg.msign(schedule="muon")``
+``global_clip``    ``s * min(1, c / ||U||_F)`` (global clipping clip^g_c, seed 000 §2)  tensor arithmetic
+``none``           ``s``                                                             identity
+=================  ================================================================  ======================
+
+``spectrakit.linalg`` is imported lazily, so the exact variants work without it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from spectrakit._checks import no_value_checks
+
+
+def _linalg():
+    import spectrakit.linalg as linalg
+
+    return linalg
+
+
+def _svd_map(U: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    P, s, Qh = torch.linalg.svd(U.double(), full_matrices=False)
+    return ((P * fn(s).unsqueeze(-2)) @ Qh).to(U.dtype)
+
+
+def soft_clip_exact(U: torch.Tensor, c: float, steps=None, dtype=None) -> torch.Tensor:
+    """Exact soft spectral clip ``P diag(s / sqrt(1 + s^2/c^2)) Q^T`` by a float64 SVD (seed 000 eq. H_c)."""
+    return _svd_map(U, lambda s: s / torch.sqrt(1 + (s / c) ** 2))
+
+
+def hard_clip_exact(U: torch.Tensor, c: float, steps=None, dtype=None) -> torch.Tensor:
+    """Exact hard spectral clip ``P diag(min(s, c)) Q^T`` by a float64 SVD (seed 000 §2, ``clip^sp_c``)."""
+    return _svd_map(U, lambda s: s.clamp(max=c))
+
+
+def global_clip(U: torch.Tensor, c: float, steps=None, dtype=None) -> torch.Tensor:
+    """Global (Frobenius) clipping ``U * min(1, c / ||U||_F)`` per matrix (seed 000 §2, ``clip^g_c``);
+    the baseline that shrinks signal and noise alike. No host sync (``clamp`` on tensors)."""
+    norm = torch.linalg.matrix_norm(U, keepdim=True)
+    return U * (c / norm.clamp_min(c))
+
+
+def _soft_clip(U, c, steps=None, dtype=None):
+    with no_value_checks():
+        return _linalg().soft_clip(U, c, steps=steps, dtype=dtype)
+
+
+def _hardcap(U, c, steps=None, dtype=None):
+    with no_value_checks():
+        return _linalg().spectral_hardcap(U, c, steps=steps, dtype=dtype)
+
+
+def _orthogonalize(U, c, steps=None, dtype=None):
+    with no_value_checks():
+        return _linalg().orthogonalize(U, steps=steps, dtype=dtype)
+
+
+def _newton_schulz5(U, c, steps=None, dtype=None):
+    with no_value_checks():
+        return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype)
+
+
+POST_TRANSFORMS: dict[str, Callable | None] = {
+    "soft_clip": _soft_clip,
+    "soft_clip_exact": soft_clip_exact,
+    "hard_clip": hard_clip_exact,
+    "hardcap": _hardcap,
+    "orthogonalize": _orthogonalize,
+    "newton_schulz5": _newton_schulz5,
+    "global_clip": global_clip,
+    "none": None,
+}
+# transforms that use the threshold c (the others ignore it)
+USES_C = ("soft_clip", "soft_clip_exact", "hard_clip", "hardcap", "global_clip")
+# pre-transforms of the raw gradient (seed 000 Alg. 2 line 5)
+PRE_TRANSFORMS = ("soft_clip", "soft_clip_exact", "hard_clip")
+
+SCALES = ("auto", "spectra", "muon", "moonlight", "none")
+
+
+def matrix_shape(shape: torch.Size) -> tuple[int, int]:
+    """Matrix view ``(out, prod(rest))`` of a parameter of ndim >= 2 (conv ``(o, i, k, k) -> (o, i*k*k)``)."""
+    return int(shape[0]), int(math.prod(shape[1:]))
+
+
+def update_scale(scale, post: str, m: int, n: int) -> float:
+    """Scale ``alpha`` of the update of an ``(m, n)`` matrix (seed 000 §5.2 item 1).
+
+    ``scale``: a positive number (used as is) or a name:
+    ``"spectra"``: ``max(1, sqrt(m/n))`` (the RMS->RMS alignment of seed 000; a ``(vocab, d)`` embedding
+    or head gets ``sqrt(vocab/d)`` as in the paper's reference code);
+    ``"muon"``: Keller Jordan's ``max(1, m/n)^0.5`` (the same number, kept as a separate name);
+    ``"moonlight"``: ``0.2 * sqrt(max(m, n))`` (D-Muon, Liu et al. 2025);
+    ``"none"``: 1; ``"auto"``: 1 if ``post == "none"`` else ``"spectra"``.
+    """
+    if not isinstance(scale, str):
+        return float(scale)
+    if scale == "auto":
+        scale = "none" if post == "none" else "spectra"
+    if scale in ("spectra", "muon"):
+        return max(1.0, m / n) ** 0.5
+    if scale == "moonlight":
+        return 0.2 * math.sqrt(max(m, n))
+    return 1.0
+
+
+def vector_soft_clip_factors(norms: torch.Tensor, c: float) -> torch.Tensor:
+    """Factors ``1 / sqrt(1 + ||g||^2 / c^2)`` of the smooth vector clip ``g -> g / sqrt(1 + ||g||^2/c^2)``
+    (seed 000 §5.2, the 1-D case of SSC), for a tensor of norms."""
+    return torch.rsqrt(1 + (norms / c) ** 2)

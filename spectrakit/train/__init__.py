@@ -1,0 +1,1 @@
+"""Training loop, schedules, logging, checkpoints and spectral diagnostics."""

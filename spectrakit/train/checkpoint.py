@@ -1,0 +1,70 @@
+"""Checkpoints for exact resume: model, optimizer, LR scheduler, data position and every RNG state.
+
+Resuming from a checkpoint written after step ``k`` and training to step ``K`` gives bit-identical
+parameters to an uninterrupted run of ``K`` steps (tested), because the data stream is a function of its
+position (:class:`spectrakit.data.batches.TokenBatches`) and the torch/CUDA/Python/NumPy RNG states are
+restored.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+
+def rng_state() -> dict:
+    """RNG states of Python ``random``, NumPy, torch CPU and (if present) every CUDA device."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside DDP (``.module``) and/or ``torch.compile`` (``._orig_mod``) wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module
+        else:
+            return model
+
+
+def save_checkpoint(path: str, *, model, optimizer, scheduler=None, step: int, data_state: dict | None = None,
+                    extra: dict | None = None) -> None:
+    """Write a checkpoint atomically (temporary file + rename) to ``path``."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    state = {"step": step, "model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
+             "scheduler": scheduler.state_dict() if scheduler is not None else None,
+             "data": data_state, "rng": rng_state(), "extra": extra or {}}
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str, *, model, optimizer=None, scheduler=None, map_location="cpu") -> dict:
+    """Load ``path`` into ``model``/``optimizer``/``scheduler``, restore RNG states; returns the checkpoint
+    dict (``step``, ``data``, ``extra``). Raises ``FileNotFoundError`` if ``path`` does not exist."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint path does not exist: {path}")
+    state = torch.load(path, map_location=map_location, weights_only=False)
+    unwrap(model).load_state_dict(state["model"])
+    if optimizer is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None and state["scheduler"] is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    return state

@@ -1,0 +1,80 @@
+"""Data parallelism under ``torchrun``: process-group set-up and model wrapping (DDP).
+
+The wrapping lives in one function, :func:`wrap_model`, with a ``mode`` argument so that other
+strategies (e.g. FSDP2 in :mod:`spectrakit.distributed`) can be added in one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+import torch.distributed as dist
+
+from spectrakit._checks import check_choice
+
+
+@dataclasses.dataclass(frozen=True)
+class DistInfo:
+    """``rank``/``world_size``/``local_rank`` of this process and the device it trains on."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def setup(device: str | None = None) -> DistInfo:
+    """Initialise the default process group when launched by ``torchrun`` (``WORLD_SIZE > 1``): NCCL on
+    CUDA, Gloo on CPU; each process takes ``cuda:LOCAL_RANK``. Without ``torchrun`` returns a
+    single-process :class:`DistInfo` on ``device`` (default: CUDA if available, else CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", local if world > 1 else (dev.index or 0))
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    return DistInfo(rank, world, local, dev)
+
+
+def wrap_model(model: torch.nn.Module, info: DistInfo, mode: str = "ddp") -> torch.nn.Module:
+    """Wrap ``model`` for data parallelism: ``mode="ddp"`` -> ``DistributedDataParallel`` when
+    ``world_size > 1`` (unchanged otherwise); ``mode="none"`` never wraps. Raises ``ValueError`` otherwise."""
+    check_choice(mode, "mode", ("ddp", "none"))
+    if mode == "none" or not info.enabled:
+        return model
+    ids = [info.device.index] if info.device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def all_reduce_mean(x: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Mean of ``x`` over ranks (identity in a single process)."""
+    if info.enabled:
+        x = x.clone()
+        dist.all_reduce(x, op=dist.ReduceOp.AVG if info.device.type == "cuda" else dist.ReduceOp.SUM)
+        if info.device.type != "cuda":
+            x /= info.world_size
+    return x
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()
+
+
+def teardown(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,39 @@
+"""The local multi-process launcher: results per rank, worker errors surface, hung workers are killed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch.multiprocessing as mp
+
+from spectrakit.distributed.launch import run_workers
+
+pytestmark = pytest.mark.distributed
+
+
+def test_timeout_kills_workers_and_errors_surface(tmp_path):
+    src = tmp_path / "w.py"
+    src.write_text(
+        "import time, torch.distributed as dist\n"
+        "def hang(rank, ws):\n    time.sleep(120)\n"
+        "def boom(rank, ws):\n    raise RuntimeError(f'boom on rank {rank} of {dist.get_world_size()}')\n")
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish within 4 s"):
+        run_workers(f"{src}:hang", 1, timeout=4)
+    assert time.monotonic() - t0 < 30
+    with pytest.raises(mp.ProcessRaisedException, match="boom on rank 0 of 1"):
+        run_workers(f"{src}:boom", 1, timeout=60)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(world_size=0), "world_size must be an int in \\[1, 64\\]"),
+    (dict(timeout=0), "timeout must be a number of seconds in \\(0, 3600\\]"),
+    (dict(backend="mpi"), "backend must be one of"),
+    (dict(threads=0), "threads must be an int in \\[1, 256\\]"),
+])
+def test_argument_errors(kwargs, match):
+    args = dict(target="x.py:f", world_size=1)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        run_workers(**args)

@@ -1,0 +1,134 @@
+"""The sharded optimizers against the single-process optimizer on the same global batch.
+
+2 gloo processes, 20 steps, AdamW / SpectraAdamW / SpectraSignum / Muon under DDP (post-transform split
+across ranks, results exchanged) and FSDP2 (DTensor shards, all-to-all to the owner and back), plus HSDP
+(2-D mesh), distributed checkpoint -> resume (bit-identical), and the refusals of unsupported layouts.
+The reference runs in this process with the plain ``spectrakit.optim`` classes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import spectrakit.optim as O
+from spectrakit.distributed import DistributedSpectra, sharded
+
+pytestmark = pytest.mark.distributed
+
+NAMES = ["AdamW", "SpectraAdamW", "SpectraSignum", "Muon"]
+N_MATRICES = 5  # conv, fc1, fc2, fc3, out
+
+
+@pytest.fixture(scope="module")
+def references(workers):
+    refs = {}
+    for name in NAMES:
+        model = workers.make_model()
+        opt = getattr(O, name)(model.parameters(), **workers.OPT_KW[name])
+        workers.train_steps(model, opt, 0, 20)
+        refs[name] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return refs
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("name", NAMES)
+def test_matches_single_process(optim_results, references, name, mode):
+    ref = references[name]
+    for r in range(2):
+        got = optim_results[r][(name, mode)]
+        assert set(got) == set(ref)
+        for n in ref:
+            torch.testing.assert_close(got[n], ref[n], rtol=0, atol=1e-5, msg=f"{name} {mode} rank {r} {n}")
+            assert torch.equal(got[n], optim_results[0][(name, mode)][n])  # ranks agree bit for bit
+
+
+def test_training_actually_moves_parameters(workers, references):
+    init = dict(workers.make_model().named_parameters())
+    for name in NAMES:
+        assert max((references[name][n] - init[n]).abs().max().item() for n in init) > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("name", NAMES)
+def test_each_matrix_transformed_once_per_step_across_ranks(optim_results, name, mode):
+    counts = [optim_results[r][(name, mode, "transformed")] for r in range(2)]
+    if name == "AdamW":
+        assert counts == [0, 0]
+    else:
+        assert sum(counts) == N_MATRICES * 20
+        assert min(counts) > 0  # the work is split, not repeated
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fsdp2_states_are_dtensors(optim_results, name):
+    assert "DTensor" in optim_results[0][(name, "fsdp2", "state_types")]
+
+
+def test_hsdp_2d_mesh_matches_single_process(optim_results, references):
+    for r in range(2):
+        for n, ref in references["SpectraAdamW"].items():
+            torch.testing.assert_close(optim_results[r][("SpectraAdamW", "hsdp")][n], ref, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["SpectraAdamW", "Muon"])
+def test_checkpoint_resume_is_bit_identical(optim_results, name):
+    for r in range(2):
+        uninterrupted, resumed, control, step, steps_taken = optim_results[r][("ckpt", name)]
+        for n in uninterrupted:
+            assert torch.equal(uninterrupted[n], resumed[n]), n
+        # the control lost the optimizer state at step 10: it must differ (the check can fail)
+        assert any(not torch.equal(uninterrupted[n], control[n]) for n in uninterrupted)
+        assert step == 10 and steps_taken == 20
+
+
+@pytest.mark.parametrize("key, expected", [
+    ("partial", "unsupported DTensor placement Partial"),
+    ("two_mesh_dims", "DTensor sharded on 2 mesh dims"),
+    ("pre_c", "pre_c (gradient pre-clipping) and vector_clip need the whole tensor"),
+    ("vector_clip", "pre_c (gradient pre-clipping) and vector_clip need the whole tensor"),
+    ("mars", "base='mars' is not supported under FSDP2"),
+    ("bad_exchange", "replicated_exchange must be one of"),
+    ("not_spectra", "optimizer_cls must be a subclass of spectrakit.optim.Spectra"),
+])
+def test_unsupported_layouts_and_options_raise(optim_results, key, expected):
+    msg = optim_results[0]["errors"][key]
+    assert msg is not None and expected in msg, msg
+
+
+def test_dtensor_layout_classification(optim_results):
+    err = optim_results[0]["errors"]
+    assert err["replicate_kind"] == "replicated"
+    assert err["shard_kind"] == ("sharded", 0, (4, 6))
+
+
+# ------------------------------------------------------------------ single process (no process group)
+
+@pytest.mark.parametrize("name", NAMES)
+def test_world_size_one_is_bitwise_the_plain_optimizer(workers, name):
+    a, b = workers.make_model(), workers.make_model()
+    opt_a = getattr(O, name)(a.parameters(), **workers.OPT_KW[name])
+    opt_b = sharded(getattr(O, name))(b.parameters(), **workers.OPT_KW[name])
+    assert opt_b.world_size == 1
+    workers.train_steps(a, opt_a, 0, 5)
+    workers.train_steps(b, opt_b, 0, 5)
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), n
+    sd_a, sd_b = opt_a.state_dict(), opt_b.state_dict()
+    for k in sd_a["state"]:
+        for key, v in sd_a["state"][k].items():
+            assert torch.equal(v, sd_b["state"][k][key])
+
+
+def test_sharded_class_factory():
+    cls = sharded(O.SpectraAdamW)
+    assert cls is sharded(O.SpectraAdamW) and cls is sharded(cls)
+    assert issubclass(cls, O.SpectraAdamW) and cls.__name__ == "ShardedSpectraAdamW"
+    assert issubclass(DistributedSpectra, O.Spectra)
+    p = torch.nn.Parameter(torch.randn(4, 3))
+    opt = DistributedSpectra([p], base="signum", post="orthogonalize", lr=0.1)
+    p.grad = torch.randn(4, 3)
+    opt.step()
+    with pytest.raises(ValueError, match="replicated_exchange must be one of"):
+        cls([p], replicated_exchange="nope")
+    with pytest.raises(TypeError, match="subclass of spectrakit.optim.Spectra"):
+        sharded(int)

@@ -1,0 +1,292 @@
+"""Worker functions run on several local processes by ``spectrakit.distributed.launch.run_workers``.
+
+Each returns plain data (tensors, numbers, strings) that the tests compare against single-process
+oracles computed in the pytest process. Not collected by pytest (no ``test_`` prefix).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from spectrakit.distributed.layout import chunk_sizes
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+class SmallNet(torch.nn.Module):
+    """Conv1d kernel (6, 4, 3) -> matrix (6, 12); two (16, 16) matrices (one batch); (16, 18), (3, 16)
+    (shards of 2 and 1 rows on 2 ranks); biases (1-D, element-wise path)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 6, 3)
+        self.fc1 = torch.nn.Linear(18, 16)
+        self.fc2 = torch.nn.Linear(16, 16)
+        self.fc3 = torch.nn.Linear(16, 16)
+        self.out = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.conv(x)).flatten(1)
+        h = torch.tanh(self.fc1(h))
+        h = torch.tanh(self.fc2(h))
+        h = torch.tanh(self.fc3(h))
+        return self.out(h)
+
+
+def make_model(seed: int = 0) -> SmallNet:
+    torch.manual_seed(seed)
+    return SmallNet()
+
+
+def batch(step: int, size: int = 16):
+    g = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(size, 4, 5, generator=g), torch.randn(size, 3, generator=g)
+
+
+def loss_fn(model, x, y):
+    return F.mse_loss(model(x), y)
+
+
+OPT_KW = {"AdamW": dict(lr=1e-2), "SpectraAdamW": dict(lr=1e-2, c=0.5), "SpectraSignum": dict(lr=1e-2, c=1.0),
+          "Muon": dict(lr=2e-2)}
+
+
+def train_steps(model, opt, s0, s1, rank=0, ws=1):
+    for s in range(s0, s1):
+        x, y = batch(s)
+        if ws > 1:
+            x, y = x.chunk(ws)[rank], y.chunk(ws)[rank]
+        opt.zero_grad()
+        loss_fn(model, x, y).backward()
+        opt.step()
+
+
+def fsdp_wrap(model, mesh=None):
+    from torch.distributed.fsdp import fully_shard
+
+    for mod in (model.conv, model.fc1, model.fc2, model.fc3, model.out):
+        fully_shard(mod, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def full_params(model) -> dict:
+    out = {}
+    for n, p in model.named_parameters():
+        n = n.replace("module.", "")
+        out[n] = p.full_tensor().detach().clone() if hasattr(p, "full_tensor") else p.detach().clone()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- exchange
+
+
+def tag(b, idx, x):
+    """Exact transform that needs the right matrix in the right slot: 2x + (matrix index) + 100 b."""
+    t = torch.tensor(idx, dtype=x.dtype, device=x.device).view(-1, *([1] * (x.ndim - 1)))
+    return x * 2 + t + 100 * b
+
+
+def whole(b, idx, x):
+    """Needs every entry of the matrix: polar factor (float64 SVD) of the (m, prod(rest)) view, plus the
+    column mean (sums over all rows)."""
+    k = x.shape[0]
+    m = x.reshape(k, x.shape[1], math.prod(x.shape[2:])).double()
+    u, _, vh = torch.linalg.svd(m, full_matrices=False)
+    y = u @ vh + m.mean(dim=1, keepdim=True)
+    return y.reshape(x.shape).to(x.dtype)
+
+
+EXCHANGE_SHAPES = [((3, 5, 7), torch.float32), ((1, 4, 4), torch.float64), ((4, 9, 2), torch.float32),
+                   ((2, 3, 6), torch.bfloat16), ((0, 5, 5), torch.float32), ((2, 1, 8), torch.float32),
+                   ((2, 6, 4, 3), torch.float32), ((5, 8, 8), torch.float32)]
+SHARD_DIMS = [0, 1, 0, 1, 0, 0, 1, 0]
+
+
+def exchange_inputs():
+    g = torch.Generator().manual_seed(7)
+    xs = []
+    for i, (shape, dtype) in enumerate(EXCHANGE_SHAPES):
+        x = torch.randn(shape, generator=g, dtype=torch.float64)
+        if i == 2 and x.numel():
+            x[0] *= 1e30   # huge
+            x[1] *= 1e-30  # tiny
+            x[2] = 0.0     # zero matrix
+        if i == 0:         # non-contiguous batch (a transposed view)
+            x = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+        xs.append(x.to(dtype))
+    return xs
+
+
+def exchange_suite(rank: int, ws: int) -> dict:
+    from spectrakit.distributed.exchange import SpectralSharder
+
+    xs = exchange_inputs()
+    res: dict = {"noncontig": not xs[0].is_contiguous()}
+    for method in ("all_gather", "broadcast", "auto"):
+        sh = SpectralSharder(replicated_exchange=method)
+        res[f"rep_tag_{method}"] = sh.apply_replicated(xs, tag)
+        res[f"rep_whole_{method}"] = sh.apply_replicated(xs, whole)
+        res[f"owners_{method}"] = sh.owners([(x.shape[0], tuple(x.shape[1:])) for x in xs])
+    sh = SpectralSharder()
+    locs = [torch.split(x, chunk_sizes(x.shape[1 + d], ws), dim=1 + d)[rank] for x, d in zip(xs, SHARD_DIMS)]
+    res["shard_tag"] = sh.apply_sharded(locs, [x.shape[1:] for x in xs], SHARD_DIMS, tag)
+    res["shard_whole"] = sh.apply_sharded(locs, [x.shape[1:] for x in xs], SHARD_DIMS, whole)
+    # errors: wrong local shape, wrong fn output
+    for key, call in {
+        "err_local_shape": lambda: sh.apply_sharded([xs[7]], [xs[7].shape[1:]], [0], tag),
+        "err_fn_dtype": lambda: sh.apply_replicated([xs[0]], lambda b, i, x: x.double()),
+        "err_shard_dim": lambda: sh.apply_sharded([locs[7]], [xs[7].shape[1:]], [5], tag),
+    }.items():
+        try:
+            call()
+            res[key] = None
+        except ValueError as e:
+            res[key] = str(e)
+    # bytes actually handed to the collectives, for the cost model
+    sent = {"all_to_all": 0, "all_gather": 0}
+    orig = (dist.all_to_all_single, dist.all_gather_single if hasattr(dist, "all_gather_single") else None,
+            dist.broadcast)
+    import spectrakit.distributed.exchange as ex
+
+    def a2a(out, inp, out_split, in_split, group=None):
+        sent["all_to_all"] += (sum(in_split) - in_split[rank]) * inp.element_size()
+        return orig[0](out, inp, out_split, in_split, group=group)
+
+    def ag(out, inp, group=None):
+        sent["all_gather"] += (ws - 1) * inp.numel() * inp.element_size()
+        return (orig[1] or dist.all_gather_into_tensor)(out, inp, group=group)
+
+    shapes = [(4, (16, 16)), (1, (48, 16)), (1, (16, 48)), (3, (33, 16)), (1, (7, 5))]
+    mats = [torch.randn(k, *s) for k, s in shapes]
+    dist.all_to_all_single, ex._all_gather_flat = a2a, ag
+    try:
+        rep, shd = SpectralSharder(replicated_exchange="all_gather"), SpectralSharder()
+        for m in mats:  # one call per batch, loads carried over, as the optimizer does
+            rep.apply_replicated([m], tag)
+            loc = torch.split(m, chunk_sizes(m.shape[1], ws), dim=1)[rank]
+            shd.apply_sharded([loc], [m.shape[1:]], [0], tag)
+    finally:
+        dist.all_to_all_single = orig[0]
+        ex._all_gather_flat = orig[1] or dist.all_gather_into_tensor
+    res["bytes"] = sent
+    res["bytes_shapes"] = shapes
+    return res
+
+
+# ---------------------------------------------------------------------------------------------- optimizer
+
+
+def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
+    import spectrakit.optim as O
+    import spectrakit.optim.transforms as T
+    from spectrakit.distributed.checkpoint import load_checkpoint, save_checkpoint
+    from spectrakit.distributed.optimizer import sharded
+
+    counts = {"matrices": 0}
+    wrapped = {}
+    for name, fn in list(T.POST_TRANSFORMS.items()):
+        if fn is None:
+            continue
+
+        def counting(U, *args, fn=fn):
+            counts["matrices"] += U.shape[0]
+            return fn(U, *args)
+
+        wrapped[name] = counting
+    T.POST_TRANSFORMS.update(wrapped)
+
+    res: dict = {}
+    for cls_name, kw in OPT_KW.items():
+        cls = sharded(getattr(O, cls_name))
+        for mode in ("ddp", "fsdp2"):
+            model = make_model()
+            model = torch.nn.parallel.DistributedDataParallel(model) if mode == "ddp" else fsdp_wrap(model)
+            opt = cls(model.parameters(), **kw)
+            counts["matrices"] = 0
+            train_steps(model, opt, 0, 20, rank, ws)
+            res[(cls_name, mode)] = full_params(model)
+            res[(cls_name, mode, "transformed")] = counts["matrices"]
+            if mode == "fsdp2":
+                st = opt.state[next(iter(model.parameters()))]
+                res[(cls_name, mode, "state_types")] = sorted({type(v).__name__ for v in st.values()})
+
+    # HSDP-style 2-D mesh (Replicate, Shard(0)) for one optimizer
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh2 = init_device_mesh("cpu", (1, ws), mesh_dim_names=("replicate", "shard"))
+    model = fsdp_wrap(make_model(), mesh=mesh2)
+    opt = sharded(O.SpectraAdamW)(model.parameters(), **OPT_KW["SpectraAdamW"])
+    train_steps(model, opt, 0, 20, rank, ws)
+    res[("SpectraAdamW", "hsdp")] = full_params(model)
+
+    # checkpoint -> resume -> continue, bit-identical; control: a fresh optimizer without loading
+    for cls_name in ("SpectraAdamW", "Muon"):
+        cls = sharded(getattr(O, cls_name))
+        path = f"{ckpt_dir}/{cls_name}"
+        model = fsdp_wrap(make_model())
+        opt = cls(model.parameters(), **OPT_KW[cls_name])
+        train_steps(model, opt, 0, 10, rank, ws)
+        save_checkpoint(path, model, opt, extra={"step": torch.tensor(10)})
+        train_steps(model, opt, 10, 20, rank, ws)
+        uninterrupted = full_params(model)
+        model2 = fsdp_wrap(make_model(seed=1))  # different init: the load must overwrite it
+        opt2 = cls(model2.parameters(), **OPT_KW[cls_name])
+        extra = load_checkpoint(path, model2, opt2, extra={"step": torch.tensor(0)})
+        train_steps(model2, opt2, 10, 20, rank, ws)
+        model3 = fsdp_wrap(make_model())  # control: same init, no checkpoint (optimizer state lost)
+        opt3 = cls(model3.parameters(), **OPT_KW[cls_name])
+        train_steps(model3, opt3, 0, 10, rank, ws)
+        opt3 = cls(model3.parameters(), **OPT_KW[cls_name])
+        train_steps(model3, opt3, 10, 20, rank, ws)
+        res[("ckpt", cls_name)] = (uninterrupted, full_params(model2), full_params(model3),
+                                   int(extra["step"]), opt2.param_groups[0]["steps_taken"])
+
+    # unsupported layouts and options -> clear errors
+    res["errors"] = optim_errors(rank, ws)
+    return res
+
+
+def _error(call) -> str | None:
+    try:
+        call()
+    except (ValueError, TypeError) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def optim_errors(rank: int, ws: int) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+    import spectrakit.optim as O
+    from spectrakit.distributed.layout import layout_of
+    from spectrakit.distributed.optimizer import sharded
+
+    out = {}
+    mesh = init_device_mesh("cpu", (ws,))
+
+    def one_step(p, **kw):
+        p.grad = p.detach().clone() * 0 + 1
+        sharded(O.SpectraAdamW)([p], **kw).step()
+
+    w = torch.nn.Parameter(DTensor.from_local(torch.randn(4, 6), mesh, [Partial()], run_check=False))
+    out["partial"] = _error(lambda: one_step(w))
+    mesh2 = init_device_mesh("cpu", (ws, 1), mesh_dim_names=("dp", "tp"))
+    w2 = torch.nn.Parameter(DTensor.from_local(torch.randn(4, 6), mesh2, [Shard(0), Shard(1)],
+                                               run_check=False))
+    out["two_mesh_dims"] = _error(lambda: one_step(w2))
+    w3 = torch.nn.Parameter(DTensor.from_local(torch.randn(4, 6), mesh, [Shard(0)], run_check=False))
+    out["pre_c"] = _error(lambda: one_step(w3, pre_c=1.0))
+    out["vector_clip"] = _error(lambda: one_step(w3, vector_clip=True))
+    out["mars"] = _error(lambda: one_step(w3, base="mars"))
+    out["bad_exchange"] = _error(lambda: sharded(O.SpectraAdamW)([w3], replicated_exchange="ring"))
+    out["not_spectra"] = _error(lambda: sharded(torch.optim.AdamW))
+    w4 = DTensor.from_local(torch.randn(4, 6), mesh, [Replicate()], run_check=False)
+    out["replicate_kind"] = layout_of(w4).kind
+    out["shard_kind"] = (layout_of(w3).kind, layout_of(w3).shard_dim, tuple(w3.to_local().shape))
+    return out

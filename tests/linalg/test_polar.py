@@ -1,0 +1,117 @@
+"""msign / orthogonalize against float64 numpy SVD oracles."""
+
+import numpy as np
+import pytest
+import torch
+
+from spectrakit.linalg import msign, orthogonalize
+from spectrakit.linalg._testing import matrix_with_spectrum, np64, rel_err, svd_map
+
+SHAPES = [(64, 192), (96, 96), (128, 48)]
+
+
+def _svals_on_range(out, x, lb):
+    """Singular values of out restricted to the right singular vectors of x with s >= lb * s_max."""
+    u, s, vh = np.linalg.svd(np64(x), full_matrices=False)
+    keep = s >= lb * s[..., :1]
+    o = np64(out)
+    # out ~ U diag(d) V^T: d_i = u_i^T out v_i
+    d = np.einsum("...mi,...mn,...in->...i", u, o, vh)
+    return d[keep]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-3), (torch.bfloat16, 3e-2), (torch.float64, 1e-6)])
+def test_msign_accuracy_on_singular_values(shape, dtype, tol):
+    m, n = shape
+    k = min(m, n)
+    s = torch.logspace(0, -3, k)  # condition number 1e3 = 1 / lower_bound
+    x = matrix_with_spectrum(m, n, s).to(dtype)  # the oracle sees the rounded input
+    out = msign(x, lower_bound=1e-3)
+    assert out.dtype == dtype and out.shape == x.shape
+    d = _svals_on_range(out, x, 1e-3)
+    assert np.abs(d - 1).max() <= tol
+    # and out is close to the exact polar factor (orthogonal directions too)
+    assert rel_err(out, svd_map(x, np.ones_like)) <= 2 * tol
+
+
+def test_msign_below_lower_bound_is_monotone_and_bounded():
+    s = torch.logspace(0, -8, 48)
+    x = matrix_with_spectrum(48, 80, s)
+    d = _svals_on_range(msign(x.float(), lower_bound=1e-3), x, 0.0)
+    assert np.all(d <= 1 + 1e-3) and np.all(d >= -1e-6)
+    assert np.all(np.diff(d) <= 1e-4)  # decreasing with s (up to rounding)
+
+
+@pytest.mark.parametrize("schedule", ["muon", "newton_schulz", "polar_express", "exact"])
+def test_schedules_ranges(schedule):
+    x = torch.randn(64, 160)
+    s = torch.linalg.svdvals(msign(x, schedule=schedule).double())
+    if schedule == "muon":
+        assert s.min() > 0.6 and s.max() < 1.25
+    else:
+        lo = 0.5 if schedule == "newton_schulz" else 0.999
+        assert s.min() > lo and s.max() < 1.001
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-8, 1.0, 1e8, 1e30])
+def test_huge_and_tiny_norms(scale):
+    x = torch.randn(32, 48, dtype=torch.float64)
+    ref = msign(x, schedule="exact")
+    out = msign((x * scale).float())
+    assert torch.isfinite(out).all()
+    assert rel_err(out, np64(ref)) < 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.float16])
+def test_zero_input_gives_zero(dtype):
+    for schedule in ["polar_express", "muon", "exact"]:
+        out = msign(torch.zeros(3, 5, 7, dtype=dtype), schedule=schedule)
+        assert out.dtype == dtype and torch.equal(out, torch.zeros_like(out))
+
+
+def test_rank_deficient_zero_singular_values_stay_zero():
+    s = torch.tensor([3.0, 1.0, 0.5, 0.0, 0.0, 0.0], dtype=torch.float64)
+    x = matrix_with_spectrum(20, 30, s[:3])
+    out = msign(x.float())
+    sv = torch.linalg.svdvals(out.double())
+    assert torch.allclose(sv[:3], torch.ones(3, dtype=torch.float64), atol=1e-3)
+    assert sv[3:].max() < 1e-3
+    ex = torch.linalg.svdvals(msign(x, schedule="exact"))
+    assert ex[3:].max() < 1e-12
+
+
+def test_batched_equals_loop_and_noncontiguous():
+    x = torch.randn(4, 3, 24, 40)
+    out = msign(x)
+    for i in range(4):
+        for j in range(3):
+            assert torch.allclose(out[i, j], msign(x[i, j]), atol=1e-5)
+    xt = torch.randn(3, 40, 24).transpose(-1, -2)  # non-contiguous (3, 24, 40)
+    assert not xt.is_contiguous()
+    assert torch.allclose(msign(xt), msign(xt.contiguous()), atol=1e-6)
+    assert torch.allclose(orthogonalize(xt), msign(xt), atol=0)
+
+
+def test_gradient_exists():
+    x = torch.randn(6, 9, dtype=torch.float64, requires_grad=True)
+    (msign(x) * torch.randn(6, 9, dtype=torch.float64)).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("bad,exc", [
+    (dict(X=torch.randn(5)), ValueError),
+    (dict(X=torch.tensor([[1.0, float("nan")]])), ValueError),
+    (dict(X=torch.ones(2, 2, dtype=torch.int64)), TypeError),
+    (dict(X=torch.randn(3, 3), schedule="nope"), ValueError),
+    (dict(X=torch.randn(3, 3), steps=0), ValueError),
+    (dict(X=torch.randn(3, 3), lower_bound=0.0), ValueError),
+    (dict(X=torch.randn(3, 3), lower_bound=1.5), ValueError),
+    (dict(X=torch.randn(3, 3), dtype=torch.int32), TypeError),
+])
+def test_invalid_arguments(bad, exc):
+    x = bad.pop("X")
+    with pytest.raises(exc) as info:
+        msign(x, **bad)
+    name = next(iter(bad), "X")
+    assert name in str(info.value) or name == "dtype"

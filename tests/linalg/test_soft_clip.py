@@ -1,0 +1,194 @@
+"""soft_clip (polar, newton_schulz, exact) against the float64 numpy SVD oracle."""
+
+import numpy as np
+import pytest
+import torch
+
+from spectrakit._checks import no_value_checks
+from spectrakit.linalg import soft_clip
+from spectrakit.linalg._testing import matrix_with_spectrum, np64, rel_err, spiked, svd_map
+
+SHAPES = [(64, 192), (96, 96), (128, 48)]
+RATIOS = [1e-2, 1.0, 30.0, 300.0, 1e3, 1e4]
+
+
+def _oracle(x, c):
+    return svd_map(x, lambda s: s / np.sqrt(1 + (s / c) ** 2))
+
+
+def _input(shape, kind):
+    m, n = shape
+    if kind == "spike":
+        return spiked(m, n, 1e4)
+    if kind == "illcond":
+        return matrix_with_spectrum(m, n, torch.logspace(0, -6, min(m, n)))
+    return torch.randn(m, n, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", ["gauss", "spike", "illcond"])
+def test_polar_fp32_accuracy_all_ratios(shape, kind):
+    x64 = _input(shape, kind)
+    x = x64.float()
+    smax = float(torch.linalg.matrix_norm(x.double(), 2))
+    for ratio in RATIOS:
+        c = smax / ratio
+        err = rel_err(soft_clip(x, c), _oracle(x, c))
+        assert err <= 1e-3, (ratio, err)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", ["gauss", "spike"])
+def test_polar_bf16_accuracy_up_to_1e3(shape, kind):
+    m, n = shape
+    x = (spiked(m, n, 1e3) if kind == "spike" else torch.randn(m, n, dtype=torch.float64)).float()
+    smax = float(torch.linalg.matrix_norm(x.double(), 2))
+    for ratio in [1e-2, 1.0, 30.0, 1e3]:
+        c = smax / ratio
+        out = soft_clip(x, c, dtype=torch.bfloat16)
+        assert out.dtype == torch.float32
+        assert rel_err(out, _oracle(x, c)) <= 3e-2, ratio
+    # bf16 input, bf16 output
+    xb = x.bfloat16()
+    outb = soft_clip(xb, smax / 30)
+    assert outb.dtype == torch.bfloat16 and rel_err(outb, _oracle(xb, smax / 30)) <= 3e-2
+
+
+def test_polar_bf16_limit_beyond_1e3_is_documented():
+    # Beside a 1e4 spike bf16 cannot represent the bulk: the error is large (documented limitation).
+    x = torch.randn(96, 96, dtype=torch.float64).float()
+    c = float(torch.linalg.matrix_norm(x.double(), 2)) / 1e4
+    assert rel_err(soft_clip(x, c, dtype=torch.bfloat16), _oracle(x, c)) > 3e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_newton_schulz_baseline_loses_the_bulk_beside_a_spike(dtype):
+    """The paper's Alg. 1 + 3 with 10 steps: large error at sigma_max/c = 300 and 1e4 (seed 000 §5.1)."""
+    x = spiked(96, 288, 1e4).float()
+    smax = float(torch.linalg.matrix_norm(x.double(), 2))
+    errs = {r: rel_err(soft_clip(x, smax / r, method="newton_schulz", dtype=dtype), _oracle(x, smax / r))
+            for r in (300.0, 1e4)}
+    assert errs[300.0] > 0.1 and errs[1e4] > 0.9
+    # ... while the polar route is accurate on the same inputs
+    for r in (300.0, 1e4):
+        assert rel_err(soft_clip(x, smax / r), _oracle(x, smax / r)) <= 1e-3
+
+
+def test_newton_schulz_baseline_accurate_at_moderate_ratio():
+    x = torch.randn(64, 192)
+    smax = float(torch.linalg.matrix_norm(x.double(), 2))
+    assert rel_err(soft_clip(x, smax / 10, method="newton_schulz"), _oracle(x, smax / 10)) < 1e-4
+    # faithful to the paper: returns X unchanged when the bound s_max <= c (discontinuous rule)
+    assert torch.equal(soft_clip(x, 1e3 * smax, method="newton_schulz"), x)
+
+
+def test_exact_path_matches_numpy():
+    x = torch.randn(3, 20, 30, dtype=torch.float64)
+    assert rel_err(soft_clip(x, 0.7, method="exact"), _oracle(x, 0.7)) < 1e-12
+
+
+@pytest.mark.parametrize("method", ["polar", "newton_schulz", "exact"])
+def test_batched_per_matrix_threshold_equals_loop(method):
+    x = torch.randn(5, 40, 24) * torch.logspace(-2, 2, 5)[:, None, None]
+    c = torch.tensor([0.1, 1.0, 3.0, 10.0, 100.0])
+    out = soft_clip(x, c, method=method)
+    for i in range(5):
+        ref = soft_clip(x[i], float(c[i]), method=method)
+        assert torch.allclose(out[i], ref, rtol=1e-4, atol=1e-5 * float(ref.abs().max()))
+    # scalar-tensor and broadcast (1,) thresholds
+    assert torch.allclose(soft_clip(x, torch.tensor(2.0), method=method), soft_clip(x, 2.0, method=method))
+
+
+def test_noncontiguous_and_extra_batch_dims():
+    base = torch.randn(2, 3, 48, 32)
+    xt = base.transpose(-1, -2)
+    assert not xt.is_contiguous()
+    out = soft_clip(xt, 1.5)
+    assert out.shape == (2, 3, 32, 48)
+    assert rel_err(out, _oracle(xt, 1.5)) < 1e-4
+
+
+@pytest.mark.parametrize("method", ["polar", "newton_schulz", "exact"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_zero_input(method, dtype):
+    out = soft_clip(torch.zeros(2, 8, 5, dtype=dtype), 1.0, method=method)
+    assert out.dtype == dtype and torch.equal(out, torch.zeros_like(out))
+
+
+@pytest.mark.parametrize("scale", [1e-20, 1e20])
+def test_huge_and_tiny_norms(scale):
+    x = torch.randn(24, 40, dtype=torch.float64)
+    for ratio in (0.1, 1e3):
+        c = scale * float(torch.linalg.matrix_norm(x, 2)) / ratio
+        out = soft_clip((x * scale).float(), c)
+        assert torch.isfinite(out).all()
+        assert rel_err(out, _oracle(x * scale, c)) < 1e-3
+
+
+def test_rank_deficient():
+    x = matrix_with_spectrum(40, 60, [5.0, 1.0, 0.1])
+    assert rel_err(soft_clip(x.float(), 0.5), _oracle(x, 0.5)) < 1e-4
+
+
+def test_vector_case_is_smooth_norm_map():
+    g = torch.randn(100, dtype=torch.float64)
+    for c in (0.1, 10.0, 1e3):
+        out = soft_clip(g, c)
+        n = float(g.norm())
+        assert torch.allclose(out, g / np.sqrt(1 + n**2 / c**2))
+    assert torch.equal(soft_clip(torch.zeros(7), 1.0), torch.zeros(7))
+    huge = soft_clip(torch.full((4,), 1e30), 2.0)
+    assert torch.allclose(huge.norm(), torch.tensor(2.0))
+
+
+def test_output_bounded_by_min_s_c():
+    x = torch.randn(4, 30, 50)
+    c = 0.5
+    out = soft_clip(x, c)
+    s_in = torch.linalg.svdvals(x.double())
+    s_out = torch.linalg.svdvals(out.double())
+    assert (s_out <= torch.minimum(s_in, torch.tensor(c, dtype=torch.float64)) * (1 + 1e-4)).all()
+
+
+def test_gradcheck_fp64():
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda a: soft_clip(a, 0.8), (x,), eps=1e-6, atol=1e-5)
+    torch.autograd.gradcheck(lambda a: soft_clip(a, 0.8, method="exact"), (x,), eps=1e-6, atol=1e-6)
+    v = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda a: soft_clip(a, 0.8), (v,))
+    # gradient w.r.t. a tensor threshold exists
+    c = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda t: soft_clip(x.detach(), t), (c,), eps=1e-6, atol=1e-5)
+
+
+def test_no_value_checks_skips_finiteness_only():
+    with no_value_checks():
+        with pytest.raises(ValueError, match="c"):
+            soft_clip(torch.randn(3, 4), -1.0)
+        soft_clip(torch.randn(3, 4), torch.tensor(-1.0))  # tensor values are not inspected
+
+
+@pytest.mark.parametrize("args,exc,name", [
+    ((torch.randn(3, 4), 0.0), ValueError, "c"),
+    ((torch.randn(3, 4), -2.0), ValueError, "c"),
+    ((torch.randn(3, 4), float("nan")), ValueError, "c"),
+    ((torch.randn(3, 4), float("inf")), ValueError, "c"),
+    ((torch.randn(3, 4), torch.tensor([1.0, 0.0])), ValueError, "c"),
+    ((torch.randn(2, 3, 4), torch.ones(3)), ValueError, "c"),
+    ((torch.randn(3, 4), "1"), TypeError, "c"),
+    ((torch.tensor([[1.0, float("inf")]]), 1.0), ValueError, "X"),
+    ((torch.ones(3, 4, dtype=torch.int64), 1.0), TypeError, "X"),
+    ((torch.randn(5), torch.ones(2)), ValueError, "c"),
+])
+def test_invalid_arguments(args, exc, name):
+    with pytest.raises(exc, match=name):
+        soft_clip(*args)
+    with pytest.raises(ValueError, match="method"):
+        soft_clip(torch.randn(3, 4), 1.0, method="svd")
+    with pytest.raises(ValueError, match="steps"):
+        soft_clip(torch.randn(3, 4), 1.0, steps=0)
+
+
+def test_np64_helper_roundtrip():
+    x = torch.randn(3, 4)
+    assert np.allclose(np64(x), x.double().numpy())
