@@ -26,11 +26,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._common import command_line, time_fn, write_section  # noqa: E402
 from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
-from spectrakit.linalg.soft_clip import DEFAULT_STEPS, TALL_STEPS  # noqa: E402
+from spectrakit.linalg.flops import soft_clip_polar_flops  # noqa: E402
 from spectrakit.optim import AdamW, Muon, SpectraAdamW, SpectraSignum  # noqa: E402
 
-PRESETS = {"124m": dict(d=768, layers=12, hidden=2048, vocab=50304),
-           "small": dict(d=192, layers=2, hidden=512, vocab=2048)}
+PRESETS = {
+    "124m": dict(d=768, layers=12, hidden=2048, vocab=50304),
+    "small": dict(d=192, layers=2, hidden=512, vocab=2048),
+}
 
 
 def llama_shapes(d: int, layers: int, hidden: int, vocab: int) -> list[tuple[int, ...]]:
@@ -58,11 +60,11 @@ class PaperReferenceSpectra:
         Xw = (X.T if tall else X).to(self.dtype)
         G = Xw @ Xw.T
         s_max2 = min(float(torch.linalg.matrix_norm(G.float())), float(G.float().abs().sum(1).max()))
-        if s_max2 ** 0.5 <= self.c:  # the reference's host-synchronising branch
+        if s_max2**0.5 <= self.c:  # the reference's host-synchronising branch
             return X
-        alpha = 1 + s_max2 / self.c ** 2
+        alpha = 1 + s_max2 / self.c**2
         eye = torch.eye(G.shape[0], dtype=self.dtype, device=X.device)
-        Y, Z = (eye + G / self.c ** 2) / alpha, eye
+        Y, Z = (eye + G / self.c**2) / alpha, eye
         for _ in range(self.ns):
             T = (3 * eye - Z @ Y) / 2
             Y, Z = Y @ T, T @ Z
@@ -75,32 +77,27 @@ class PaperReferenceSpectra:
         self.base.step()
         for p, o in zip(self.params, old):
             if p.ndim < 2:
-                p.mul_(1 - self.lr * self.wd).add_(o - o)  # 1-D: base update + decay (approx. ordering)
+                p.add_(o, alpha=-self.lr * self.wd)  # 1-D: base update + decoupled decay of the old weight
                 continue
             U = (o - p) / self.lr
             m, n = p.shape[0], p[0].numel()
-            p.copy_(o * (1 - self.lr * self.wd) - self.lr * max(1.0, math.sqrt(m / n)) * self.ssc(U.reshape(m, n))
-                    .reshape(p.shape))
+            p.copy_(
+                o * (1 - self.lr * self.wd)
+                - self.lr * max(1.0, math.sqrt(m / n)) * self.ssc(U.reshape(m, n)).reshape(p.shape)
+            )
 
 
 def soft_clip_flops(shapes, dtype) -> float:
-    """Model FLOPs of linalg.soft_clip(method="polar") with default steps on every matrix: tall steps on
-    B = [X^T; c I] ((n+m) x m) cost 4 (n+m) m^2 + 2 m^3, Gram steps 6 m^3, the final product 2 (n+m) m^2."""
-    tall = TALL_STEPS[dtype]
-    total = 0.0
-    for s in shapes:
-        if len(s) < 2:
-            continue
-        m, n = sorted((s[0], math.prod(s[1:])))
-        total += tall * (4 * (n + m) * m * m + 2 * m ** 3) + (DEFAULT_STEPS - tall) * 6 * m ** 3 + 2 * (n + m) * m * m
-    return total
+    """Matmul FLOPs of ``linalg.soft_clip(method="polar")`` (default steps) over every matrix parameter,
+    counted by :mod:`spectrakit.linalg.flops` (the products the implementation issues)."""
+    return sum(soft_clip_polar_flops(s[0], math.prod(s[1:]), dtype) for s in shapes if len(s) >= 2)
 
 
 def matmul_tflops(device, dtype, size: int) -> float:
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     ms = time_fn(lambda: a @ b, device, warmup=2, reps=5)
-    return 2 * size ** 3 / (ms * 1e-3) / 1e12
+    return 2 * size**3 / (ms * 1e-3) / 1e12
 
 
 def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
@@ -114,13 +111,19 @@ def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
     largest = max(p.numel() * p.element_size() for p in params)
     fused = dict(fused=True) if cuda else dict(foreach=True)
     makers = {
-        "torch AdamW" + (" (fused)" if cuda else " (foreach)"): lambda ps: torch.optim.AdamW(ps, lr=1e-3, **fused),
+        "torch AdamW" + (" (fused)" if cuda else " (foreach)"): lambda ps: torch.optim.AdamW(
+            ps, lr=1e-3, **fused
+        ),
         "spectrakit AdamW": lambda ps: AdamW(ps, lr=1e-3),
         "SpectraAdamW": lambda ps: SpectraAdamW(ps, lr=1e-3, post_dtype=post_dtype),
+        "SpectraAdamW (soft_clip_ns)": lambda ps: SpectraAdamW(
+            ps, lr=1e-3, post="soft_clip_ns", post_dtype=post_dtype
+        ),
         "SpectraSignum": lambda ps: SpectraSignum(ps, lr=1e-3, post_dtype=post_dtype),
         "Muon": lambda ps: Muon(ps, lr=0.02, post_dtype="bfloat16" if cuda else "float32"),
         "paper reference (clone + NS10 SSC)": lambda ps: PaperReferenceSpectra(
-            ps, dtype=torch.bfloat16 if cuda else torch.float32),
+            ps, dtype=torch.bfloat16 if cuda else torch.float32
+        ),
     }
     rows = []
     for name, make in makers.items():
@@ -134,7 +137,7 @@ def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
         row = {"optimizer": name, "step_ms": ms}
         if cuda:
             extra = torch.cuda.max_memory_allocated() - base_mem
-            row["peak_extra_MiB"] = extra / 2 ** 20
+            row["peak_extra_MiB"] = extra / 2**20
             row["extra / largest param"] = extra / largest
             if not name.startswith(("torch", "paper")):
                 try:
@@ -156,27 +159,44 @@ def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
     cdt = torch.bfloat16 if cuda else torch.float32
     tflops = matmul_tflops(device, cdt, 8192 if cuda else 1024)
     flops = soft_clip_flops(shapes, cdt)
-    info = {"params (M)": sum(math.prod(s) for s in shapes) / 1e6, "matrices": sum(len(s) >= 2 for s in shapes),
-            "soft-clip GFLOP": flops / 1e9, "matmul TFLOP/s": tflops,
-            "soft-clip FLOP bound (ms)": flops / (tflops * 1e12) * 1e3,
-            "largest param (MiB)": largest / 2 ** 20}
+    info = {
+        "params (M)": sum(math.prod(s) for s in shapes) / 1e6,
+        "matrices": sum(len(s) >= 2 for s in shapes),
+        "soft-clip GFLOP": flops / 1e9,
+        "matmul TFLOP/s": tflops,
+        "soft-clip FLOP bound (ms)": flops / (tflops * 1e12) * 1e3,
+        "largest param (MiB)": largest / 2**20,
+    }
     return rows, info
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", choices=list(PRESETS), default=None,
-                        help="parameter set (default: 124m on CUDA, small on CPU)")
+    parser.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=None,
+        help="parameter set (default: 124m on CUDA, small on CPU)",
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     preset = args.preset or ("124m" if args.device.startswith("cuda") else "small")
     rows, info = bench(preset, args.device, args.reps)
     env = environment()
-    text = (f"### optim: optimizer step on the `{preset}` LLaMA parameter set ({PRESETS[preset]})\n\n"
-            f"device: {env['device']} · torch {env['torch']} · {env['date']}\n\ncommand: `{command_line()}`\n\n"
-            + markdown_table(rows) + "\n\n" + markdown_table([info]) + "\n")
+    text = (
+        f"### optim: optimizer step on the `{preset}` LLaMA parameter set ({PRESETS[preset]})\n\n"
+        f"device: {env['device']} · torch {env['torch']} · {env['date']} · load average "
+        f"{os.getloadavg()[0]:.1f}\n\ncommand: `{command_line()}`\n\n"
+        + markdown_table(rows)
+        + "\n\n"
+        + markdown_table([info])
+        + "\n"
+    )
     print(text)
     if not args.no_write:
         write_section(f"optim-{'cuda' if args.device.startswith('cuda') else 'cpu'}", text)

@@ -90,11 +90,12 @@ def split_groups(weight: torch.Tensor, geo: ConvGeometry) -> torch.Tensor:
     return weight.reshape(*lead, geo.groups, c_out // geo.groups, c_in, *ks)
 
 
-def dilate(weight: torch.Tensor, geo: ConvGeometry) -> torch.Tensor:
-    """Insert ``dilation - 1`` zeros between taps along every axis whose stride is > 1 (see module doc)."""
+def dilate(weight: torch.Tensor, geo: ConvGeometry, *, all_axes: bool = False) -> torch.Tensor:
+    """Insert ``dilation - 1`` zeros between taps along every axis whose stride is > 1 (see module doc), or
+    along every axis when ``all_axes`` (the true dilated kernel, used by the exact references)."""
     d = geo.spatial_dims
     for i, (s, r) in enumerate(zip(geo.stride, geo.dilation)):
-        if r == 1 or s == 1:
+        if r == 1 or (s == 1 and not all_axes):
             continue
         ax = weight.ndim - d + i
         k = weight.shape[ax]

@@ -32,16 +32,26 @@ class TokenBatches:
         rank, world_size: this process' share under data parallelism (0 <= rank < world_size).
     """
 
-    def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, *, seed: int = 0,
-                 rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        tokens: np.ndarray,
+        batch_size: int,
+        seq_len: int,
+        *,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         check_int(batch_size, "batch_size", low=1)
         check_int(seq_len, "seq_len", low=1)
         check_int(seed, "seed", low=0)
         check_int(world_size, "world_size", low=1)
         check_int(rank, "rank", low=0, high=world_size - 1)
         if tokens.ndim != 1 or len(tokens) < seq_len + 2:
-            raise ValueError(f"tokens must be 1-D with more than seq_len + 1 = {seq_len + 1} entries, "
-                             f"got shape {tokens.shape}")
+            raise ValueError(
+                f"tokens must be 1-D with more than seq_len + 1 = {seq_len + 1} entries, "
+                f"got shape {tokens.shape}"
+            )
         self.tokens, self.batch_size, self.seq_len = tokens, batch_size, seq_len
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.position = 0
@@ -80,4 +90,4 @@ def eval_batches(tokens: np.ndarray, batch_size: int, seq_len: int, max_tokens: 
         raise ValueError(f"validation tokens ({len(tokens)}) must be more than seq_len = {seq_len}")
     starts = np.arange(n_win) * seq_len
     for b in range(0, n_win, batch_size):
-        yield _windows(tokens, starts[b:b + batch_size], seq_len)
+        yield _windows(tokens, starts[b : b + batch_size], seq_len)

@@ -52,8 +52,11 @@ def _python_doc_root() -> str | None:
 
 def _stdlib_files() -> list[str]:
     root = sysconfig.get_paths()["stdlib"]
-    files = [p for p in _sorted_glob(root, ("**/*.py",))
-             if not {"site-packages", "dist-packages"} & set(os.path.relpath(p, root).split(os.sep))]
+    files = [
+        p
+        for p in _sorted_glob(root, ("**/*.py",))
+        if not {"site-packages", "dist-packages"} & set(os.path.relpath(p, root).split(os.sep))
+    ]
     doc = _python_doc_root()
     return files + (_sorted_glob(doc, ("**/*.txt",)) if doc else [])
 
@@ -62,36 +65,52 @@ def _python_doc_files() -> list[str]:
     doc = _python_doc_root()
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     if doc is None:
-        raise CorpusUnavailableError(f"corpus 'python-doc' needs the Debian package {ver}-doc: "
-                                     f"sudo apt-get install {ver}-doc")
+        raise CorpusUnavailableError(
+            f"corpus 'python-doc' needs the Debian package {ver}-doc: sudo apt-get install {ver}-doc"
+        )
     return _sorted_glob(doc, ("**/*.txt",))
 
 
 def _linux_doc_files() -> list[str]:
     roots = sorted(glob.glob("/usr/share/doc/linux-doc*/Documentation"))
     if not roots:
-        raise CorpusUnavailableError("corpus 'linux-doc' needs the Debian package linux-doc-6.1 "
-                                     "(reST sources of the kernel docs): sudo apt-get install linux-doc-6.1")
+        raise CorpusUnavailableError(
+            "corpus 'linux-doc' needs the Debian package linux-doc-6.1 "
+            "(reST sources of the kernel docs): sudo apt-get install linux-doc-6.1"
+        )
     return _sorted_glob(roots[-1], ("**/*.rst", "**/*.rst.gz", "**/*.txt", "**/*.txt.gz"))
 
 
 def _gcide_files() -> list[str]:
     files = _sorted_glob("/usr/share/dictd", ("gcide.dict.dz", "gcide.dict"))
     if not files:
-        raise CorpusUnavailableError("corpus 'gcide' needs the Debian package dict-gcide "
-                                     "(GNU Collaborative International Dictionary of English): "
-                                     "sudo apt-get install dict-gcide")
+        raise CorpusUnavailableError(
+            "corpus 'gcide' needs the Debian package dict-gcide "
+            "(GNU Collaborative International Dictionary of English): "
+            "sudo apt-get install dict-gcide"
+        )
     return files
 
 
 CORPORA: dict[str, Corpus] = {
-    "stdlib": Corpus("stdlib", "Python standard library sources (+ its reST docs if python3.X-doc is installed)",
-                     None, _stdlib_files),
-    "python-doc": Corpus("python-doc", "Python documentation reST sources", "python3.X-doc", _python_doc_files),
-    "linux-doc": Corpus("linux-doc", "Linux kernel documentation reST sources (~21 MB English)",
-                        "linux-doc-6.1", _linux_doc_files),
-    "gcide": Corpus("gcide", "GNU Collaborative International Dictionary of English (~40 MB)",
-                    "dict-gcide", _gcide_files),
+    "stdlib": Corpus(
+        "stdlib",
+        "Python standard library sources (+ its reST docs if python3.X-doc is installed)",
+        None,
+        _stdlib_files,
+    ),
+    "python-doc": Corpus(
+        "python-doc", "Python documentation reST sources", "python3.X-doc", _python_doc_files
+    ),
+    "linux-doc": Corpus(
+        "linux-doc",
+        "Linux kernel documentation reST sources (~21 MB English)",
+        "linux-doc-6.1",
+        _linux_doc_files,
+    ),
+    "gcide": Corpus(
+        "gcide", "GNU Collaborative International Dictionary of English (~40 MB)", "dict-gcide", _gcide_files
+    ),
 }
 
 

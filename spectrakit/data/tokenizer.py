@@ -66,8 +66,12 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> BPETokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOT],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer)
     return BPETokenizer(tok)
 
@@ -80,7 +84,9 @@ def parse_tokenizer(spec: str) -> tuple[str, int]:
         n = int(spec[3:])
         check_int(n, "tokenizer vocab size", low=258, high=65535)
         return "bpe", n
-    raise ValueError(f"tokenizer must be 'bytes' or 'bpeN' with N in [258, 65535] (e.g. 'bpe4096'), got {spec!r}")
+    raise ValueError(
+        f"tokenizer must be 'bytes' or 'bpeN' with N in [258, 65535] (e.g. 'bpe4096'), got {spec!r}"
+    )
 
 
 def load_or_train(spec: str, texts_fn, cache_path: str | None):

@@ -74,7 +74,7 @@ def _write_tokens(path: str, seqs: list[list[int]], eot: int) -> int:
     arr = np.lib.format.open_memmap(path + ".tmp.npy", mode="w+", dtype=np.uint16, shape=(n,))
     pos = 0
     for s in seqs:
-        arr[pos:pos + len(s)] = s
+        arr[pos : pos + len(s)] = s
         arr[pos + len(s)] = eot
         pos += len(s) + 1
     arr.flush()
@@ -83,8 +83,15 @@ def _write_tokens(path: str, seqs: list[list[int]], eot: int) -> int:
     return n
 
 
-def prepare(corpus: str = "stdlib", tokenizer: str = "bpe4096", *, val_percent: float = 5.0,
-            root: str | None = None, files: list[str] | None = None, verbose: bool = False) -> TokenSplits:
+def prepare(
+    corpus: str = "stdlib",
+    tokenizer: str = "bpe4096",
+    *,
+    val_percent: float = 5.0,
+    root: str | None = None,
+    files: list[str] | None = None,
+    verbose: bool = False,
+) -> TokenSplits:
     """Tokenise ``corpus`` once (cached) and return memory-mapped train/validation token arrays.
 
     Args:
@@ -102,7 +109,11 @@ def prepare(corpus: str = "stdlib", tokenizer: str = "bpe4096", *, val_percent: 
     check_scalar(val_percent, "val_percent", low=0, high=50, low_inclusive=False, allow_tensor=False)
     kind, _ = parse_tokenizer(tokenizer)
     files = sorted(files) if files is not None else corpus_files(corpus)
-    base = os.path.commonpath([os.path.dirname(f) for f in files]) if len(files) > 1 else os.path.dirname(files[0])
+    base = (
+        os.path.commonpath([os.path.dirname(f) for f in files])
+        if len(files) > 1
+        else os.path.dirname(files[0])
+    )
     folder = os.path.join(root or cache_dir(), f"{corpus}-{_digest(files)}-val{val_percent:g}", tokenizer)
     meta_path = os.path.join(folder, "meta.json")
     tok_path = os.path.join(folder, "tokenizer.json") if kind == "bpe" else None
@@ -115,15 +126,26 @@ def prepare(corpus: str = "stdlib", tokenizer: str = "bpe4096", *, val_percent: 
         train_texts = [t for (_, t), v in zip(docs, split) if not v]
         val_texts = [t for (_, t), v in zip(docs, split) if v]
         if not train_texts or not val_texts:
-            raise ValueError(f"corpus {corpus!r}: {len(train_texts)} train / {len(val_texts)} validation documents;"
-                             f" both must be non-empty (adjust val_percent={val_percent})")
+            raise ValueError(
+                f"corpus {corpus!r}: {len(train_texts)} train / {len(val_texts)} validation documents;"
+                f" both must be non-empty (adjust val_percent={val_percent})"
+            )
         tok = load_or_train(tokenizer, lambda: train_texts, tok_path)
         n_train = _write_tokens(os.path.join(folder, "train.npy"), tok.encode_batch(train_texts), tok.eot_id)
         n_val = _write_tokens(os.path.join(folder, "val.npy"), tok.encode_batch(val_texts), tok.eot_id)
-        meta = {"corpus": corpus, "tokenizer": tokenizer, "vocab_size": tok.vocab_size, "eot_id": tok.eot_id,
-                "files": len(files), "train_docs": len(train_texts), "val_docs": len(val_texts),
-                "train_tokens": n_train, "val_tokens": n_val, "val_percent": val_percent,
-                "train_chars": sum(map(len, train_texts))}
+        meta = {
+            "corpus": corpus,
+            "tokenizer": tokenizer,
+            "vocab_size": tok.vocab_size,
+            "eot_id": tok.eot_id,
+            "files": len(files),
+            "train_docs": len(train_texts),
+            "val_docs": len(val_texts),
+            "train_tokens": n_train,
+            "val_tokens": n_val,
+            "val_percent": val_percent,
+            "train_chars": sum(map(len, train_texts)),
+        }
         with open(meta_path + ".tmp", "w") as f:
             json.dump(meta, f, indent=1)
         os.replace(meta_path + ".tmp", meta_path)

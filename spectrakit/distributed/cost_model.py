@@ -1,8 +1,8 @@
 """Cost model of the sharded spectral step: FLOPs per rank and bytes moved per rank per step.
 
 Notation: matrices ``j = 1..J`` with ``M_j`` elements, ``b`` bytes per element, ``W`` ranks, owner
-``o(j)`` from :func:`~spectrakit.distributed.assign.plan_sequential` (greedy by FLOPs, one batch of
-same-shaped matrices after the other, as the optimizer plans them), ``E_r = sum_{o(j)=r}
+``o(j)`` from :func:`~spectrakit.distributed.assign.plan_batches` (greedy by FLOPs over all matrices
+of a step, largest first: the optimizer's plan from its second step on), ``E_r = sum_{o(j)=r}
 M_j`` (elements owned by rank ``r``), ``s_{j,r}`` = elements of matrix ``j`` held by rank ``r`` under
 ``Shard(d)`` (``torch.chunk`` rule).
 
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from spectrakit._checks import check_choice, check_int
-from spectrakit.distributed.assign import plan_sequential, rank_loads, spectral_flops
+from spectrakit.distributed.assign import plan_batches, rank_loads, spectral_flops
 from spectrakit.distributed.layout import chunk_sizes
 
 Shape = tuple[int, ...]
@@ -93,7 +93,7 @@ def flops_per_rank(shapes: Sequence[Shape], world_size: int,
     """
     check_int(world_size, "world_size", low=1)
     batches, uniq = _batches(shapes)
-    owners = plan_sequential(batches, world_size, cost)
+    owners = plan_batches(batches, world_size, cost)
     costs = [cost(s) for (k, s) in batches for _ in range(k)]
     flat = [o for ob in owners for o in ob]
     loads = rank_loads(costs, flat, world_size)
@@ -131,7 +131,7 @@ def exchange_bytes(shapes: Sequence[Shape], world_size: int, mode: str = "ddp", 
     check_int(world_size, "world_size", low=1)
     check_int(elem_bytes, "elem_bytes", low=1, high=16)
     batches, _ = _batches(shapes)
-    owners = plan_sequential(batches, world_size, cost)
+    owners = plan_batches(batches, world_size, cost)
     W = world_size
     total = sum(k * math.prod(s) for k, s in batches)
     sent = [0] * W

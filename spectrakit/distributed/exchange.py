@@ -1,5 +1,9 @@
 """Run a per-matrix transform on the owner rank of each matrix and exchange the results.
 
+Seed 000 §6 names efficient distributed spectral clipping as future work; its reference code (Table F.2:
++18.7% step time at 160M on 4 GPUs) repeats every matrix's clipping on every rank. Here each matrix is
+transformed once, by its owner (:mod:`spectrakit.distributed.assign`), and only results move.
+
 Two communication patterns (bytes per rank: :mod:`spectrakit.distributed.cost_model`):
 
 - **replicated** (DDP): every rank holds every matrix. Rank ``r`` transforms the matrices it owns, packs
@@ -72,36 +76,75 @@ class SpectralSharder:
         self.cost = cost
         self._plans: dict = {}
         self._loads: list[float] | None = None
+        self._calls: list[tuple] = []          # (count, shape) batches of the current step, in call order
+        self._expected: tuple | None = None    # the batches of the previous step
 
     def reset_loads(self) -> None:
-        """Forget the work assigned by earlier calls (the optimizer calls this at the start of each step,
-        so the batches of one step are balanced together, in call order)."""
+        """Start a new step (the optimizer calls this before each step).
+
+        The first step is planned greedily call by call (each batch on top of the earlier ones' loads).
+        From the second step on, when the calls repeat those of the previous step (the usual case), each
+        call uses its part of ONE greedy plan over all the step's matrices, largest first — the same plan on
+        every rank, since every rank makes the same calls. A call that departs from the recorded sequence
+        falls back to the call-by-call plan for the rest of the step."""
+        if self._calls:
+            self._expected = tuple(self._calls)
+        self._calls = []
         self._loads = None
 
     @property
     def world_size(self) -> int:
+        """Size of the process group (1 without an initialized process group)."""
         return group_size_rank(self.group)[0]
 
     @property
     def rank(self) -> int:
+        """This process's rank in the group (0 without an initialized process group)."""
         return group_size_rank(self.group)[1]
 
+    def _add_loads(self, loads, batches, owners) -> list[float]:
+        new = list(loads)
+        for (_, shape), ob in zip(batches, owners):
+            c = self.cost(shape)
+            for r in ob:
+                new[r] += c
+        return new
+
     def owners(self, batch_shapes: Sequence[tuple[int, tuple]]) -> list[list[int]]:
-        """Owner rank of every matrix, ``owners[b][i]``, balancing on top of the loads of the earlier calls
-        since :meth:`reset_loads` (plans cached per ``(loads, [(count, shape)])``)."""
+        """Owner rank of every matrix of this call's batches, ``owners[b][i]`` (see :meth:`reset_loads`
+        for how consecutive calls of a step are planned together; plans are cached)."""
         W = self.world_size
-        loads = tuple(self._loads) if self._loads is not None and len(self._loads) == W else (0.0,) * W
-        key = ("owners", tuple((int(k), tuple(s)) for k, s in batch_shapes), loads)
+        batches = tuple((int(k), tuple(int(v) for v in s)) for k, s in batch_shapes)
+        if len(self._calls) > 100_000:  # used without reset_loads(): do not grow without bound
+            self.reset_loads()
+            self._expected = None
+        i = len(self._calls)
+        self._calls.extend(batches)
+        exp = self._expected
+        if exp is not None and self._loads is None and tuple(self._calls) == exp[:len(self._calls)]:
+            return self.owners_of_step(exp)[i:i + len(batches)]
+        if self._loads is None:  # first call of a step, or the sequence departs from the recorded one
+            prev = self._calls[:i]
+            loads = [0.0] * W
+            if prev and exp is not None and tuple(prev) == exp[:i]:
+                loads = self._add_loads(loads, prev, self.owners_of_step(exp)[:i])
+            elif prev:
+                loads = self._add_loads(loads, prev, plan_batches(prev, W, self.cost))
+            self._loads = loads
+        loads = tuple(self._loads)
+        key = ("owners", batches, loads)
         if key not in self._plans:
-            owners = plan_batches(list(key[1]), W, self.cost, loads)
-            new = list(loads)
-            for (_, shape), ob in zip(key[1], owners):
-                c = self.cost(shape)
-                for r in ob:
-                    new[r] += c
-            self._plans[key] = (owners, new)
+            owners = plan_batches(list(batches), W, self.cost, loads)
+            self._plans[key] = (owners, self._add_loads(loads, batches, owners))
         owners, self._loads = self._plans[key]
         return owners
+
+    def owners_of_step(self, batches: tuple) -> list[list[int]]:
+        """One greedy plan (:func:`~spectrakit.distributed.assign.plan_batches`) over a step's batches."""
+        key = ("step", tuple(batches), self.world_size)
+        if key not in self._plans:
+            self._plans[key] = plan_batches(list(batches), self.world_size, self.cost)
+        return self._plans[key]
 
     def _owned(self, owners: list[list[int]], device: torch.device):
         """Per batch and rank: (python index list, cached index tensor on ``device``)."""

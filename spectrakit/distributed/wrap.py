@@ -19,13 +19,17 @@ MODES = ("none", "ddp", "fsdp2")
 
 def default_fsdp_units(model: torch.nn.Module) -> list[torch.nn.Module]:
     """Sub-modules that get their own ``fully_shard`` call: the members of every ``nn.ModuleList``
-    (transformer blocks), outermost lists only. The root is sharded last by :func:`wrap_model`."""
+    (transformer blocks), outermost lists only, skipping containers without ``forward``
+    (``ModuleList``/``ModuleDict``; their parameters stay with the root). The root is sharded last by
+    :func:`wrap_model`."""
+    containers = (torch.nn.ModuleList, torch.nn.ModuleDict)
     units: list[torch.nn.Module] = []
     seen: set[int] = set()
     for _, mod in model.named_modules():
         if isinstance(mod, torch.nn.ModuleList) and id(mod) not in seen:
             for child in mod:
-                units.append(child)
+                if not isinstance(child, containers):
+                    units.append(child)
                 seen.update(id(m) for m in child.modules())
             seen.add(id(mod))
     return units

@@ -26,22 +26,61 @@ from spectrakit.data.tokens import prepare, unigram_entropy
 from spectrakit.experiments.io import report
 from spectrakit.models.llama import PRESETS, Llama, preset_config
 from spectrakit.train.diagnostics import SpectralDiagnostics
+from spectrakit.train.distributed import DistInfo, barrier, setup, teardown, wrap_model
 from spectrakit.train.loop import TrainConfig, train
 from spectrakit.train.optimizers import OPTIMIZERS, build_optimizer
 from spectrakit.train.schedules import SCHEDULES, make_scheduler
 
 # Named settings; any field can be overridden from the command line.
 SETTINGS: dict[str, dict] = {
-    "cpu": dict(preset="tiny", tokenizer="bpe4096", batch_size=16, seq_len=128, steps=200, warmup=20,
-                eval_every=50, eval_tokens=32768, diag_every=25),
-    "cuda": dict(preset="small", tokenizer="bpe8192", batch_size=32, seq_len=512, steps=1000, warmup=100,
-                 eval_every=100, eval_tokens=262144, diag_every=100),
-    "cuda-124m": dict(preset="124m", tokenizer="bpe8192", batch_size=32, seq_len=512, steps=2000, warmup=200,
-                      eval_every=250, eval_tokens=524288, diag_every=250),
+    "cpu": dict(
+        preset="tiny",
+        tokenizer="bpe4096",
+        batch_size=16,
+        seq_len=128,
+        steps=200,
+        warmup=20,
+        eval_every=50,
+        eval_tokens=32768,
+        diag_every=25,
+    ),
+    "cuda": dict(
+        preset="small",
+        tokenizer="bpe8192",
+        batch_size=32,
+        seq_len=512,
+        steps=1000,
+        warmup=100,
+        eval_every=100,
+        eval_tokens=262144,
+        diag_every=100,
+    ),
+    "cuda-124m": dict(
+        preset="124m",
+        tokenizer="bpe8192",
+        batch_size=32,
+        seq_len=512,
+        steps=2000,
+        warmup=200,
+        eval_every=250,
+        eval_tokens=524288,
+        diag_every=250,
+    ),
 }
 
-COLUMNS = ["optimizer", "seed", "lr", "val_loss", "val_ppl", "step_ms", "overhead_%", "max_weight_sn",
-           "max_update_sn", "agg_linf", "diverged"]
+COLUMNS = [
+    "optimizer",
+    "seed",
+    "lr",
+    "val_loss",
+    "val_ppl",
+    "step_ms",
+    "overhead_%",
+    "max_weight_sn",
+    "max_update_sn",
+    "agg_linf",
+    "diverged",
+]
 
 
 @dataclasses.dataclass
@@ -78,8 +117,17 @@ class CompareOptions:
         setting = self.setting if self.setting != "auto" else ("cuda" if device.startswith("cuda") else "cpu")
         check_choice(setting, "setting", SETTINGS)
         base = dict(SETTINGS[setting])
-        for key in ("preset", "tokenizer", "steps", "batch_size", "seq_len", "warmup", "eval_every",
-                    "eval_tokens", "diag_every"):
+        for key in (
+            "preset",
+            "tokenizer",
+            "steps",
+            "batch_size",
+            "seq_len",
+            "warmup",
+            "eval_every",
+            "eval_tokens",
+            "diag_every",
+        ):
             if getattr(self, key) is not None:
                 base[key] = getattr(self, key)
         for name in self.optimizers:
@@ -93,29 +141,51 @@ class CompareOptions:
         return {**base, "setting": setting, "device": device}
 
 
-def _run_one(name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_dir: str | None) -> dict:
-    device = torch.device(cfg["device"])
+def _run_one(name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_dir: str | None,
+             info: DistInfo) -> dict:
     torch.manual_seed(seed)
     model_cfg = preset_config(cfg["preset"], splits.meta["vocab_size"], max_seq_len=cfg["seq_len"])
-    model = Llama(model_cfg).to(device)
-    optimizer = build_optimizer(name, model, lr=opts.lr, weight_decay=opts.weight_decay, c=opts.c,
-                                warmup_steps=cfg["warmup"])
+    model = Llama(model_cfg).to(info.device)
+    optimizer = build_optimizer(
+        name, model, lr=opts.lr, weight_decay=opts.weight_decay, c=opts.c, warmup_steps=cfg["warmup"]
+    )
     lr = optimizer.param_groups[0]["lr"]
     scheduler = make_scheduler(optimizer, total=cfg["steps"], warmup=cfg["warmup"], kind=opts.schedule)
-    data = TokenBatches(splits.train, cfg["batch_size"], cfg["seq_len"], seed=seed)
+    data = TokenBatches(splits.train, cfg["batch_size"], cfg["seq_len"], seed=seed, rank=info.rank,
+                        world_size=info.world_size)
+    out_dir = out_dir if info.is_main else None
     diag = SpectralDiagnostics(every=cfg["diag_every"], spectra_steps=(0, cfg["steps"] - 1), out_dir=out_dir)
-    tcfg = TrainConfig(steps=cfg["steps"], grad_accum=opts.grad_accum, grad_clip=opts.grad_clip,
-                       eval_every=cfg["eval_every"], eval_tokens=cfg["eval_tokens"], compile=opts.compile,
-                       out_dir=out_dir, progress=opts.progress, log_every=min(10, cfg["steps"]))
-    res = train(model, optimizer, scheduler, data, splits.val, tcfg, callbacks=[diag], desc=f"{name} s{seed}")
+    tcfg = TrainConfig(
+        steps=cfg["steps"],
+        grad_accum=opts.grad_accum,
+        grad_clip=opts.grad_clip,
+        eval_every=cfg["eval_every"],
+        eval_tokens=cfg["eval_tokens"],
+        compile=opts.compile,
+        out_dir=out_dir,
+        progress=opts.progress,
+        log_every=min(10, cfg["steps"]),
+    )
+    res = train(wrap_model(model, info), optimizer, scheduler, data, splits.val, tcfg, callbacks=[diag],
+                dist_info=info, desc=f"{name} s{seed}")
     last = diag.rows[-1] if diag.rows else {}
-    return {"optimizer": name, "seed": seed, "lr": lr, "val_loss": res.final_val_loss,
-            "val_ppl": math.exp(min(res.final_val_loss, 50.0)) if math.isfinite(res.final_val_loss) else math.nan,
-            "step_ms": res.step_ms, "max_weight_sn": last.get("max_weight_sn", math.nan),
-            "max_update_sn": max((r["max_update_sn"] for r in diag.rows), default=math.nan),
-            "agg_linf": last.get("agg_linf", math.nan), "diverged": res.diverged,
-            "_curve": [(r["step"], r["loss"]) for r in res.logs], "_evals": res.evals,
-            "_norms": [(r["step"], r["agg_linf"], r["agg_fro"], r["max_weight_sn"]) for r in diag.rows]}
+    return {
+        "optimizer": name,
+        "seed": seed,
+        "lr": lr,
+        "val_loss": res.final_val_loss,
+        "val_ppl": math.exp(min(res.final_val_loss, 50.0)) if math.isfinite(res.final_val_loss) else math.nan,
+        "step_ms": res.step_ms,
+        "max_weight_sn": last.get("max_weight_sn", math.nan),
+        "max_update_sn": max(
+            (r["max_update_sn"] for r in diag.rows if r["step"] >= cfg["warmup"]), default=math.nan
+        ),
+        "agg_linf": last.get("agg_linf", math.nan),
+        "diverged": res.diverged,
+        "_curve": [(r["step"], r["loss"]) for r in res.logs],
+        "_evals": res.evals,
+        "_norms": [(r["step"], r["agg_linf"], r["agg_fro"], r["max_weight_sn"]) for r in diag.rows],
+    }
 
 
 def compare(**options) -> list[dict]:
@@ -124,18 +194,23 @@ def compare(**options) -> list[dict]:
     Returns one row per (optimizer, seed) with ``val_loss``, ``val_ppl``, ``step_ms``, ``overhead_%`` (step
     time over the base optimizer of the same seed when both ran, else ``nan``), ``max_weight_sn`` (final
     largest ``||W||_2`` over matrices), ``max_update_sn`` (largest ``||U||_2`` of the applied update direction
-    over the recorded steps), ``agg_linf`` (final ``max |W_ij|``) and ``diverged``; private keys starting
+    over the recorded steps after the LR warm-up, during which SPECTRA's threshold is raised to
+    ``c * lr_peak / lr_k``), ``agg_linf`` (final ``max |W_ij|``) and ``diverged``; private keys starting
     with ``_`` hold the curves. Raises ``ValueError`` for invalid options,
     :class:`~spectrakit.data.corpora.CorpusUnavailableError` for a missing corpus.
     """
     opts = CompareOptions(**options)
     cfg = opts.resolved()
-    splits = prepare(opts.corpus, cfg["tokenizer"], verbose=opts.progress)
+    info = setup(cfg["device"])
+    if info.is_main:  # tokenise once; the other ranks then read the cache
+        prepare(opts.corpus, cfg["tokenizer"], verbose=opts.progress)
+    barrier(info)
+    splits = prepare(opts.corpus, cfg["tokenizer"])
     rows = []
     for seed in opts.seeds:
         for name in opts.optimizers:
             out_dir = os.path.join(opts.out, f"{name}-s{seed}") if opts.out else None
-            rows.append(_run_one(name, seed, opts, cfg, splits, out_dir))
+            rows.append(_run_one(name, seed, opts, cfg, splits, out_dir, info))
     by_key = {(r["optimizer"], r["seed"]): r for r in rows}
     for r in rows:
         base = OPTIMIZERS[r["optimizer"]].base
@@ -158,10 +233,15 @@ def plot(rows: list[dict], out_dir: str, title: str = "") -> list[str]:
     for r in rows:
         label = f"{r['optimizer']} (s{r['seed']}, lr {r['lr']:g})"
         steps, losses = zip(*r["_curve"]) if r["_curve"] else ((), ())
-        line, = ax.plot(steps, losses, label=label, alpha=0.8)
+        (line,) = ax.plot(steps, losses, label=label, alpha=0.8)
         if r["_evals"]:
-            ax.plot([e["step"] for e in r["_evals"]], [e["val_loss"] for e in r["_evals"]], "o--",
-                    color=line.get_color(), ms=4)
+            ax.plot(
+                [e["step"] for e in r["_evals"]],
+                [e["val_loss"] for e in r["_evals"]],
+                "o--",
+                color=line.get_color(),
+                ms=4,
+            )
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats); dashed: validation")
     ax.set_title(title or "training / validation loss")
@@ -178,8 +258,9 @@ def plot(rows: list[dict], out_dir: str, title: str = "") -> list[str]:
         s, linf, fro, sn = zip(*r["_norms"])
         for ax, v in zip(axes, (linf, fro, sn)):
             ax.plot(s, v, label=f"{r['optimizer']} s{r['seed']}")
-    for ax, t in zip(axes, ("aggregated l_inf norm  max|W|", "aggregated Frobenius norm",
-                            "max spectral norm ||W||_2")):
+    for ax, t in zip(
+        axes, ("aggregated l_inf norm  max|W|", "aggregated Frobenius norm", "max spectral norm ||W||_2")
+    ):
         ax.set_title(t)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -196,10 +277,17 @@ def _csv(text: str, kind=str) -> tuple:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--optimizers", default="adamw,spectra-adamw",
-                        help=f"comma-separated names from: {', '.join(OPTIMIZERS)}")
-    parser.add_argument("--setting", default="auto", choices=["auto", *SETTINGS],
-                        help="defaults for model/data/steps; auto = cuda if available else cpu")
+    parser.add_argument(
+        "--optimizers",
+        default="adamw,spectra-adamw",
+        help=f"comma-separated names from: {', '.join(OPTIMIZERS)}",
+    )
+    parser.add_argument(
+        "--setting",
+        default="auto",
+        choices=["auto", *SETTINGS],
+        help="defaults for model/data/steps; auto = cuda if available else cpu",
+    )
     parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="model preset")
     parser.add_argument("--corpus", default="stdlib", help="corpus name (see `spectrakit data list`)")
     parser.add_argument("--tokenizer", default=None, help="'bytes' or 'bpeN'")
@@ -209,7 +297,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=None, help="LR warm-up steps")
     parser.add_argument("--schedule", default="wsd", choices=SCHEDULES)
-    parser.add_argument("--lr", type=float, default=None, help="peak LR for all optimizers (default: registry)")
+    parser.add_argument(
+        "--lr", type=float, default=None, help="peak LR for all optimizers (default: registry)"
+    )
     parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--grad-clip", type=float, default=0.5, help="global grad-norm clip (<= 0: off)")
@@ -224,30 +314,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    opts = dict(optimizers=_csv(args.optimizers), setting=args.setting, preset=args.preset, corpus=args.corpus,
-                tokenizer=args.tokenizer, steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
-                grad_accum=args.grad_accum, warmup=args.warmup, schedule=args.schedule, lr=args.lr, c=args.c,
-                weight_decay=args.weight_decay, grad_clip=args.grad_clip if args.grad_clip > 0 else None,
-                seeds=_csv(args.seeds, int), eval_every=args.eval_every, eval_tokens=args.eval_tokens,
-                diag_every=args.diag_every, device=args.device, compile=args.compile, out=args.out,
-                progress=not args.quiet)
+    opts = dict(
+        optimizers=_csv(args.optimizers),
+        setting=args.setting,
+        preset=args.preset,
+        corpus=args.corpus,
+        tokenizer=args.tokenizer,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        grad_accum=args.grad_accum,
+        warmup=args.warmup,
+        schedule=args.schedule,
+        lr=args.lr,
+        c=args.c,
+        weight_decay=args.weight_decay,
+        grad_clip=args.grad_clip if args.grad_clip > 0 else None,
+        seeds=_csv(args.seeds, int),
+        eval_every=args.eval_every,
+        eval_tokens=args.eval_tokens,
+        diag_every=args.diag_every,
+        device=args.device,
+        compile=args.compile,
+        out=args.out,
+        progress=not args.quiet,
+    )
     t0 = time.perf_counter()
     rows = compare(**opts)
     cfg = CompareOptions(**opts).resolved()
+    info = setup(cfg["device"])  # already initialised by compare(); under torchrun only rank 0 reports
+    if not info.is_main:
+        teardown(info)
+        return 0
     splits = prepare(args.corpus, cfg["tokenizer"])
     h1 = unigram_entropy(splits.val, splits.meta["vocab_size"])
     paths = plot(rows, args.out, title=f"{cfg['preset']} on {args.corpus} ({cfg['tokenizer']})")
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
     command = "spectrakit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else ""
-    report(f"compare: {cfg['preset']} model, {cfg['steps']} steps x {cfg['batch_size']}x{cfg['seq_len']} tokens, "
-           f"{args.corpus}/{cfg['tokenizer']} (validation unigram entropy {h1:.3f} nats)", public, args.out,
-           command=command.strip(), columns=COLUMNS,
-           extra={"settings": cfg, "options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()},
-                  "unigram_entropy": h1, "curves": {f"{r['optimizer']}-s{r['seed']}": r["_curve"] for r in rows},
-                  "evals": {f"{r['optimizer']}-s{r['seed']}": r["_evals"] for r in rows},
-                  "norms": {f"{r['optimizer']}-s{r['seed']}": r["_norms"] for r in rows},
-                  "wall_s": time.perf_counter() - t0})
+    report(
+        f"compare: {cfg['preset']} model, {cfg['steps']} steps x "
+        f"{cfg['batch_size']}x{cfg['seq_len']} tokens, "
+        f"{args.corpus}/{cfg['tokenizer']} (validation unigram entropy {h1:.3f} nats)",
+        public,
+        args.out,
+        command=command.strip(),
+        columns=COLUMNS,
+        extra={
+            "settings": cfg,
+            "options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()},
+            "unigram_entropy": h1,
+            "curves": {f"{r['optimizer']}-s{r['seed']}": r["_curve"] for r in rows},
+            "evals": {f"{r['optimizer']}-s{r['seed']}": r["_evals"] for r in rows},
+            "norms": {f"{r['optimizer']}-s{r['seed']}": r["_norms"] for r in rows},
+            "wall_s": time.perf_counter() - t0,
+        },
+    )
     print("plots: " + ", ".join(paths))
+    teardown(info)
     return 0
 
 

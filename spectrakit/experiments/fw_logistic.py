@@ -74,8 +74,17 @@ def run_rule4(A, y, A_test, y_test, b: float, D2: float, steps: int, batch: int 
     c = b * D2 if b > 0 else 1e-12 * D2
     alpha = lam / b if b > 0 else lam * D2 / c
     X = torch.nn.Parameter(torch.zeros(A.shape[1:], dtype=A.dtype))
-    opt = Spectra([X], base="sgd", post="hard_clip", lr=2.0 / lam, weight_decay=lam, c=c, scale=alpha,
-                  momentum=0.0, dampening=0.0)
+    opt = Spectra(
+        [X],
+        base="sgd",
+        post="hard_clip",
+        lr=2.0 / lam,
+        weight_decay=lam,
+        c=c,
+        scale=alpha,
+        momentum=0.0,
+        dampening=0.0,
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (k + 2))  # lambda eta_k = 2/(k+2)
     gen = torch.Generator().manual_seed(seed)
     hist = []
@@ -91,15 +100,31 @@ def run_rule4(A, y, A_test, y_test, b: float, D2: float, steps: int, batch: int 
         opt.step()
         sched.step()
         Xd = X.detach()
-        hist.append({"F": float(logistic_loss(Xd, A, y) + b / 2 * Xd.pow(2).sum()),
-                     "test": float(logistic_loss(Xd, A_test, y_test)),
-                     "spec": float(torch.linalg.matrix_norm(Xd, ord=2)), "fro": float(Xd.norm())})
+        hist.append(
+            {
+                "F": float(logistic_loss(Xd, A, y) + b / 2 * Xd.pow(2).sum()),
+                "test": float(logistic_loss(Xd, A_test, y_test)),
+                "spec": float(torch.linalg.matrix_norm(Xd, ord=2)),
+                "fro": float(Xd.norm()),
+            }
+        )
     return hist
 
 
-def run(d: int = 10, n: int = 80, n_test: int = 200, noise: float = 5.0, bs=(0.0, 0.1, 1.0), D2s=(0.2, 1.0, 5.0),
-        steps: int = 2000, stochastic_batch: int = 20, stochastic_D2: float | None = 1.0, ref_iters: int = 3000,
-        seed: int = 0, histories: dict | None = None) -> list[dict]:
+def run(
+    d: int = 10,
+    n: int = 80,
+    n_test: int = 200,
+    noise: float = 5.0,
+    bs=(0.0, 0.1, 1.0),
+    D2s=(0.2, 1.0, 5.0),
+    steps: int = 2000,
+    stochastic_batch: int = 20,
+    stochastic_D2: float | None = 1.0,
+    ref_iters: int = 3000,
+    seed: int = 0,
+    histories: dict | None = None,
+) -> list[dict]:
     """One row per (mode, b, D2): final residual ``F(X_K) - F*`` (and at K/10), test loss, norms.
 
     ``histories`` (optional dict) receives the per-step metrics for plotting."""
@@ -114,16 +139,29 @@ def run(d: int = 10, n: int = 80, n_test: int = 200, noise: float = 5.0, bs=(0.0
         hist = run_rule4(A, y, A_test, y_test, b, D2, steps, batch, seed)
         res = [h["F"] - fstar[(b, D2)] for h in hist]
         if histories is not None:
-            histories[(mode, b, D2)] = {"residual": res, **{k: [h[k] for h in hist] for k in ("test", "spec", "fro")}}
-        rows.append({"mode": mode, "b": b, "D2": D2, "F*": fstar[(b, D2)], "residual@K/10": res[steps // 10 - 1]
-                     if steps >= 10 else res[0], "residual@K": res[-1], "test_loss": hist[-1]["test"],
-                     "spec_norm": hist[-1]["spec"], "max_spec_norm": max(h["spec"] for h in hist),
-                     "fro_norm": hist[-1]["fro"]})
+            histories[(mode, b, D2)] = {
+                "residual": res,
+                **{k: [h[k] for h in hist] for k in ("test", "spec", "fro")},
+            }
+        rows.append(
+            {
+                "mode": mode,
+                "b": b,
+                "D2": D2,
+                "F*": fstar[(b, D2)],
+                "residual@K/10": res[steps // 10 - 1] if steps >= 10 else res[0],
+                "residual@K": res[-1],
+                "test_loss": hist[-1]["test"],
+                "spec_norm": hist[-1]["spec"],
+                "max_spec_norm": max(h["spec"] for h in hist),
+                "fro_norm": hist[-1]["fro"],
+            }
+        )
     return rows
 
 
 def plot(histories: dict, out_dir: str) -> list[str]:
-    """Figures F.1-F.4: residual, test loss, spectral and Frobenius norm vs iteration, one figure per D2/mode."""
+    """Figures F.1-F.4: residual, test loss, spectral and Frobenius norms vs iteration (one per D2/mode)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -156,11 +194,14 @@ def plot(histories: dict, out_dir: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Command-line options of the experiment (``--out`` is added by the experiment CLI)."""
     parser.add_argument("--d", type=int, default=10, help="matrix size d (X is d x d)")
     parser.add_argument("--n", type=int, default=80, help="training samples")
     parser.add_argument("--n-test", type=int, default=200, help="test samples")
     parser.add_argument("--noise", type=float, default=5.0, help="label noise sigma")
-    parser.add_argument("--bs", type=float, nargs="+", default=[0.0, 0.1, 1.0], help="regularisation b values")
+    parser.add_argument(
+        "--bs", type=float, nargs="+", default=[0.0, 0.1, 1.0], help="regularisation b values"
+    )
     parser.add_argument("--D2s", type=float, nargs="+", default=[0.2, 1.0, 5.0], help="spectral-ball radii")
     parser.add_argument("--steps", type=int, default=2000, help="iterations K")
     parser.add_argument("--batch", type=int, default=20, help="batch size of the stochastic run (D2 = 1)")
@@ -169,11 +210,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run with the parsed options, print/save the table (``results.json``/``.md``) and the PNG figures."""
     histories: dict = {}
-    rows = run(d=args.d, n=args.n, n_test=args.n_test, noise=args.noise, bs=tuple(args.bs), D2s=tuple(args.D2s),
-               steps=args.steps, stochastic_batch=args.batch, ref_iters=args.ref_iters, seed=args.seed,
-               histories=histories)
+    rows = run(
+        d=args.d,
+        n=args.n,
+        n_test=args.n_test,
+        noise=args.noise,
+        bs=tuple(args.bs),
+        D2s=tuple(args.D2s),
+        steps=args.steps,
+        stochastic_batch=args.batch,
+        ref_iters=args.ref_iters,
+        seed=args.seed,
+        histories=histories,
+    )
     paths = plot(histories, args.out)
-    report("fw-logistic: rule (4) with Theorem 3.4 parameters (seed 000 §F.1.1)", rows, args.out,
-           command=f"spectrakit experiment fw-logistic --steps {args.steps}", extra={"plots": paths})
+    report(
+        "fw-logistic: rule (4) with Theorem 3.4 parameters (seed 000 §F.1.1)",
+        rows,
+        args.out,
+        command=f"spectrakit experiment fw-logistic --steps {args.steps}",
+        extra={"plots": paths},
+    )
     return 0

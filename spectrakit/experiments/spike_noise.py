@@ -50,7 +50,9 @@ def gradient_bound(A: torch.Tensor) -> float:
     return float(torch.linalg.matrix_norm(A, ord=2).mean())
 
 
-def train(A, y, method: str, lr0: float, noise: float, rank: int, c: float, steps: int, seed: int = 0) -> list[float]:
+def train(
+    A, y, method: str, lr0: float, noise: float, rank: int, c: float, steps: int, seed: int = 0
+) -> list[float]:
     """Run one method; returns the training loss after every step (inf once it diverges)."""
     opts = dict(METHODS[method])
     if method == "sgdm+pre_clip":
@@ -71,13 +73,23 @@ def train(A, y, method: str, lr0: float, noise: float, rank: int, c: float, step
 
 
 def _final(losses: list[float]) -> float:
-    tail = losses[-max(1, len(losses) // 10):]
+    tail = losses[-max(1, len(losses) // 10) :]
     return sum(tail) / len(tail)
 
 
-def run(d: int = 50, n: int = 100, label_noise: float = 5.0, noises=(10.0, 100.0, 1000.0), rank: int = 1,
-        steps: int = 1000, lrs=tuple(2.0 ** k for k in range(-8, 3)), methods=tuple(METHODS), c: float | None = None,
-        seed: int = 0, histories: dict | None = None) -> list[dict]:
+def run(
+    d: int = 50,
+    n: int = 100,
+    label_noise: float = 5.0,
+    noises=(10.0, 100.0, 1000.0),
+    rank: int = 1,
+    steps: int = 1000,
+    lrs=tuple(2.0**k for k in range(-8, 3)),
+    methods=tuple(METHODS),
+    c: float | None = None,
+    seed: int = 0,
+    histories: dict | None = None,
+) -> list[dict]:
     """Rows ``(protocol, noise, method, lr0, final_loss)`` for both protocols (see module docstring)."""
     A, y, _, _, _ = logistic_data(d, n, 0, label_noise, seed)
     M = gradient_bound(A)
@@ -94,13 +106,31 @@ def run(d: int = 50, n: int = 100, label_noise: float = 5.0, noises=(10.0, 100.0
     rows = []
     for noise in noises:
         for method in methods:
-            rows.append({"protocol": "shared", "noise": noise, "method": method, "lr0": shared_lr,
-                         "final_loss": finals[(method, noise, shared_lr)], "M": M, "c": c})
+            rows.append(
+                {
+                    "protocol": "shared",
+                    "noise": noise,
+                    "method": method,
+                    "lr0": shared_lr,
+                    "final_loss": finals[(method, noise, shared_lr)],
+                    "M": M,
+                    "c": c,
+                }
+            )
     for noise in noises:
         for method in methods:
             best = min(lrs, key=lambda lr: finals[(method, noise, lr)])
-            rows.append({"protocol": "tuned", "noise": noise, "method": method, "lr0": best,
-                         "final_loss": finals[(method, noise, best)], "M": M, "c": c})
+            rows.append(
+                {
+                    "protocol": "tuned",
+                    "noise": noise,
+                    "method": method,
+                    "lr0": best,
+                    "final_loss": finals[(method, noise, best)],
+                    "M": M,
+                    "c": c,
+                }
+            )
     return rows
 
 
@@ -116,7 +146,10 @@ def plot(rows: list[dict], histories: dict, out_dir: str) -> list[str]:
     tuned = {(r["method"], r["noise"]): r["lr0"] for r in rows if r["protocol"] == "tuned"}
     noises = sorted({r["noise"] for r in rows})
     paths = []
-    for fig_name, group in (("F5", ("sgd", "sgd+global_clip", "sgd+spectral_clip")), ("F6", ("sgdm", "sgdm+pre_clip"))):
+    for fig_name, group in (
+        ("F5", ("sgd", "sgd+global_clip", "sgd+spectral_clip")),
+        ("F6", ("sgdm", "sgdm+pre_clip")),
+    ):
         group = [m for m in group if any(k[0] == m for k in tuned)]
         if not group:
             continue
@@ -139,23 +172,41 @@ def plot(rows: list[dict], histories: dict, out_dir: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Command-line options of the experiment (``--out`` is added by the experiment CLI)."""
     parser.add_argument("--d", type=int, default=50, help="matrix size d")
     parser.add_argument("--n", type=int, default=100, help="training samples")
-    parser.add_argument("--noises", type=float, nargs="+", default=[10.0, 100.0, 1000.0], help="spike sizes l")
+    parser.add_argument(
+        "--noises", type=float, nargs="+", default=[10.0, 100.0, 1000.0], help="spike sizes l"
+    )
     parser.add_argument("--rank", type=int, default=1, help="rank r of the spike noise")
     parser.add_argument("--steps", type=int, default=1000, help="iterations")
-    parser.add_argument("--lrs", type=float, nargs="+", default=[2.0 ** k for k in range(-8, 3)],
-                        help="eta_0 grid")
+    parser.add_argument(
+        "--lrs", type=float, nargs="+", default=[2.0**k for k in range(-8, 3)], help="eta_0 grid"
+    )
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--seed", type=int, default=0)
 
 
 def main(args: argparse.Namespace) -> int:
+    """Run with the parsed options, print/save the table (``results.json``/``.md``) and the PNG figures."""
     histories: dict = {}
-    rows = run(d=args.d, n=args.n, noises=tuple(args.noises), rank=args.rank, steps=args.steps,
-               lrs=tuple(args.lrs), methods=tuple(args.methods), seed=args.seed, histories=histories)
+    rows = run(
+        d=args.d,
+        n=args.n,
+        noises=tuple(args.noises),
+        rank=args.rank,
+        steps=args.steps,
+        lrs=tuple(args.lrs),
+        methods=tuple(args.methods),
+        seed=args.seed,
+        histories=histories,
+    )
     paths = plot(rows, histories, args.out)
-    report("spike-noise: SGD vs global vs spectral clipping under rank-r spikes (seed 000 §F.1.2)", rows, args.out,
-           command=f"spectrakit experiment spike-noise --steps {args.steps} --rank {args.rank}",
-           extra={"plots": paths})
+    report(
+        "spike-noise: SGD vs global vs spectral clipping under rank-r spikes (seed 000 §F.1.2)",
+        rows,
+        args.out,
+        command=f"spectrakit experiment spike-noise --steps {args.steps} --rank {args.rank}",
+        extra={"plots": paths},
+    )
     return 0

@@ -22,7 +22,8 @@ from spectrakit.manifold import ManifoldSGD, PSDCone, Spectrahedron, SpectralBal
 from spectrakit.models.mlp import MLP
 
 SETS = ("psd", "spectrahedron", "ball")
-DEFAULT_LRS = tuple(2.0**k for k in range(-7, 2))
+DEFAULT_LRS = tuple(2.0**k for k in range(-6, 2))
+DEFAULT_WIDTHS = (16, 32, 64, 128)
 
 
 def xor_data(dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,8 +41,8 @@ def _param_groups(model: MLP, constraint: str, method: str):
     return [{"params": [first, last], "manifold": outer}, {"params": [hidden], "manifold": inner}]
 
 
-def train_xor(width: int, lr: float, constraint: str, *, steps: int = 32, seed: int = 0, dualizer: str = "pdhg",
-              dualizer_steps: int = 4, method: str = "polar") -> float:
+def train_xor(width: int, lr: float, constraint: str, *, steps: int = 32, seed: int = 0,
+              dualizer: str = "pdhg", dualizer_steps: int = 4, method: str = "polar") -> float:
     """Train one ``2 -> width -> width -> 2`` MLP; return the final cross-entropy on the XOR points."""
     gen = torch.Generator().manual_seed(seed)
     model = MLP([2, width, width, 2], generator=gen)
@@ -57,8 +58,9 @@ def train_xor(width: int, lr: float, constraint: str, *, steps: int = 32, seed: 
     return float(loss) if math.isfinite(float(loss)) else float("inf")
 
 
-def run(widths=(16, 64, 256), lrs=DEFAULT_LRS, sets=SETS, steps: int = 32, seeds=(0, 1), dualizer: str = "pdhg",
-        dualizer_steps: int = 4, method: str = "polar", verbose: bool = False) -> list[dict]:
+def run(widths=DEFAULT_WIDTHS, lrs=DEFAULT_LRS, sets=SETS, steps: int = 32, seeds=(0,),
+        dualizer: str = "pdhg", dualizer_steps: int = 4, method: str = "polar",
+        verbose: bool = False) -> list[dict]:
     """Sweep (set, width, lr); each row holds the final loss averaged over ``seeds`` and the wall time."""
     rows = []
     for constraint in sets:
@@ -113,11 +115,12 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--widths", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--widths", type=int, nargs="+", default=list(DEFAULT_WIDTHS),
+                        help="CPU default; the seed's sweep is 16 64 256 1024 (GPU-sized)")
     parser.add_argument("--lrs", type=float, nargs="+", default=list(DEFAULT_LRS))
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
     parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--dualizer", default="pdhg", choices=["naive", "alternating", "pdhg", "dual_ascent"])
     parser.add_argument("--dualizer-steps", type=int, default=4)
     parser.add_argument("--method", default="polar", choices=["polar", "exact"])
@@ -128,8 +131,9 @@ def main(args: argparse.Namespace) -> int:
 
     rows = run(widths=args.widths, lrs=args.lrs, sets=args.sets, steps=args.steps, seeds=args.seeds,
                dualizer=args.dualizer, dualizer_steps=args.dualizer_steps, method=args.method, verbose=True)
-    command = "spectrakit experiment xor-transfer " + " ".join(
-        f"--widths {' '.join(map(str, args.widths))} --dualizer {args.dualizer}".split())
+    command = (f"spectrakit experiment xor-transfer --widths {' '.join(map(str, args.widths))} "
+               f"--seeds {' '.join(map(str, args.seeds))} --dualizer {args.dualizer} "
+               f"--dualizer-steps {args.dualizer_steps}")
     report("xor-transfer: optimal learning rate per width", optimal_lrs(rows), args.out, command=command,
            extra={"sweep": rows})
     if args.out:

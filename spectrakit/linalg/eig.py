@@ -113,8 +113,12 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
     _check_order(lo_t, hi_t)
     if method == "exact":
         lo64, hi64 = _t64(lo_t), _t64(hi_t)
-        return _eigfun_exact(W, lambda lam: torch.minimum(torch.maximum(lam, torch.as_tensor(lo64, dtype=lam.dtype,
-                             device=lam.device)), torch.as_tensor(hi64, dtype=lam.dtype, device=lam.device)))
+        def clip(lam):
+            lo_l = torch.as_tensor(lo64, dtype=lam.dtype, device=lam.device)
+            hi_l = torch.as_tensor(hi64, dtype=lam.dtype, device=lam.device)
+            return torch.minimum(torch.maximum(lam, lo_l), hi_l)
+
+        return _eigfun_exact(W, clip)
     w, eye = _work(W, cdt)
     a = _thr(lo_t, w) * eye - w
     b = _thr(hi_t, w) * eye - w

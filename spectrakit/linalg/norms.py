@@ -42,7 +42,8 @@ def spectral_norm(W: torch.Tensor, *, iters: int = 20, v0: torch.Tensor | None =
     else:
         check_tensor(v0, "v0", min_ndim=1)
         if tuple(v0.shape) != (*W.shape[:-2], n):
-            raise ValueError(f"v0 must have shape {(*W.shape[:-2], n)} (batch shape + n), got {tuple(v0.shape)}")
+            raise ValueError(f"v0 must have shape {(*W.shape[:-2], n)} (batch shape + n), "
+                             f"got {tuple(v0.shape)}")
         v = v0.to(device=W.device, dtype=work)
     tiny = torch.finfo(work).tiny * 1e3
     v = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True).clamp_min(tiny)
@@ -74,7 +75,8 @@ def subspace_distance(U1: torch.Tensor, U2: torch.Tensor, kind: str = "spectral"
                          f"{tuple(U2.shape)}")
     m, r = U1.shape[-2:]
     if r > m:
-        raise ValueError(f"U1, U2 must be (..., m, r) with r <= m (orthonormal columns), got shape {tuple(U1.shape)}")
+        raise ValueError(f"U1, U2 must be (..., m, r) with r <= m (orthonormal columns), "
+                         f"got shape {tuple(U1.shape)}")
     a = mT(U1.double()) @ U2.double()
     if kind == "chordal":
         tr = r - torch.linalg.matrix_norm(a) ** 2

@@ -14,8 +14,13 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, check_tensor
 
-from ._util import compute_dtype, frob, mT, tiny_for
-from .schedules import SCHEDULES, steps_for
+from ._util import compute_dtype, flush_tiny, frob, mT, tiny_for
+from .schedules import BF16_SAFETY, SAFETY, SCHEDULES, polar_express_coeffs, steps_for
+
+
+def safety_for(dtype: torch.dtype) -> float:
+    """Safety factor of Polar Express schedules for a compute dtype (larger for bfloat16)."""
+    return BF16_SAFETY if dtype == torch.bfloat16 else SAFETY
 
 # Worst |1 - sigma_out| the default number of Polar Express steps aims at, per compute dtype.
 DEFAULT_TOL = {torch.float64: 1e-7, torch.float32: 1e-5, torch.bfloat16: 1e-3}
@@ -68,7 +73,7 @@ def polar_iterate(x: torch.Tensor, coeffs, *, a_first=None, dtypes=None) -> torc
         if t == 0 and a_first is not None:
             g, g2 = a_first
         else:
-            g = x @ mT(x)
+            g = flush_tiny(x @ mT(x))
             g2 = g @ g
         x = a * x + (b * g + c * g2) @ x
     return x
@@ -131,8 +136,8 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
     if schedule == "polar_express":
         lb = (1e-3 if lower_bound is None else float(lower_bound)) * x.shape[-2] ** (-1 / 8)
         if steps is None:
-            steps = steps_for(lb, DEFAULT_TOL[cdt])
-        coeffs = SCHEDULES[schedule](steps, lb)
+            steps = steps_for(lb, DEFAULT_TOL[cdt], safety=safety_for(cdt))
+        coeffs = polar_express_coeffs(lb, steps, safety_for(cdt))
     else:
         coeffs = SCHEDULES[schedule](steps, lower_bound)
     dtypes = None
@@ -161,8 +166,8 @@ def sign_iteration(x: torch.Tensor, *, lower_bound: float, tol: float, dtype: to
     xw, transposed = to_wide(x)
     lb = lower_bound * xw.shape[-2] ** (-1 / 8)
     if steps is None:
-        steps = steps_for(lb, tol)
-    coeffs = SCHEDULES["polar_express"](steps, lb)
+        steps = steps_for(lb, tol, safety=safety_for(dtype))
+    coeffs = polar_express_coeffs(lb, steps, safety_for(dtype))
     if dtype == torch.bfloat16:
         hi = torch.float32 if xw.dtype == torch.bfloat16 else xw.dtype
         xw = xw.to(hi)

@@ -24,22 +24,26 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, check_tensor
 
-from ._util import compute_dtype, eye_like, frob, mT, threshold, tiny_for
-from .polar import to_wide
+from ._util import compute_dtype, eye_like, flush_tiny, frob, mT, threshold, tiny_for
+from .polar import safety_for, to_wide
 from .schedules import lower_bound_grid
 
 METHODS = ("polar", "newton_schulz", "exact")
-# Default steps of the polar method: enough for l down to ~3e-5 (sigma_max / c ~ 1e4 with the bound slack)
+# Default steps of the polar method: enough for l down to ~3e-5 (sigma_max / c ~ 1e4 with the bound slack);
+# with dtype=bfloat16 (accuracy target 3e-2 up to sigma_max / c = 1e3): 7.
 DEFAULT_STEPS = 9
+BF16_DEFAULT_STEPS = 7
 # Number of leading steps iterated on the tall stacked matrix (the rest run on the m x m Gram matrix).
-TALL_STEPS = {torch.float64: 2, torch.float32: 3, torch.bfloat16: 4}
+# bf16 iterates on the tall matrix throughout: the Gram-only steps are not self-correcting and were
+# measured to diverge in bf16 (rounding errors of P G P exceed the schedule's safety margin).
+TALL_STEPS = {torch.float64: 2, torch.float32: 3, torch.bfloat16: BF16_DEFAULT_STEPS}
 # Leading steps computed in float32 when computing in bfloat16.
 BF16_FP32_STEPS = 2
 
 
 @functools.lru_cache(maxsize=32)
-def _grid_tensors(steps: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    grid, coeffs = lower_bound_grid(steps)
+def _grid_tensors(steps: int, device: torch.device, safety: float) -> tuple[torch.Tensor, torch.Tensor]:
+    grid, coeffs = lower_bound_grid(steps, safety)
     g = torch.tensor(grid, dtype=torch.float64, device=device)
     c = torch.tensor(coeffs, dtype=torch.float64, device=device)  # (K, steps, 3)
     return g, c
@@ -82,7 +86,6 @@ def _newton_schulz(x: torch.Tensor, c, steps: int) -> torch.Tensor:
 
 def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
     """Stacked polar route on wide x (m <= n), see the module docstring."""
-    m = x.shape[-2]
     work = torch.float32 if cdt == torch.bfloat16 else cdt
     xw = x.to(work)
     c_t = c if isinstance(c, torch.Tensor) else torch.full((1, 1), float(c), dtype=work, device=x.device)
@@ -98,7 +101,7 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
     lam = frob(g2).sqrt()  # >= lambda_max(G) (within sqrt(m))
     sig = lam.sqrt()
     lower = (cp / sig).clamp(0, 1)  # lower bound of sigma_min / sigma_up of B
-    grid, table = _grid_tensors(steps, x.device)
+    grid, table = _grid_tensors(steps, x.device, safety_for(cdt))
     idx = (torch.searchsorted(grid, lower[..., 0, 0].double().contiguous(), right=True) - 1).clamp_min(0)
     coeffs = table[idx]  # (..., steps, 3)
     tall = min(TALL_STEPS[cdt], steps)
@@ -116,21 +119,22 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
             y = y.to(dt)
             z = z.to(dt) if z is not None else None
             if t < tall:
-                gn = mT(y) @ y + mT(z) @ z
+                gn = flush_tiny(mT(y) @ y + mT(z) @ z)
                 g2n = gn @ gn
             else:
                 if t == tall:  # switch to the Gram iteration: G from the current tall matrix
                     gn = mT(y) @ y + mT(z) @ z
-                gn = gn.to(dt)
+                gn = flush_tiny(gn.to(dt))
                 g2n = gn @ gn
         p = a * eye.to(dt) + b * gn.to(dt) + cc * g2n.to(dt)
         if t < tall:
             y = y.to(dt) @ p
             z = zs.to(dt) * p if t == 0 else z @ p
         else:
+            p = flush_tiny(p)
             r = p if r is None else r.to(dt) @ p
             if t < steps - 1:
-                gn = p @ gn.to(dt) @ p
+                gn = flush_tiny(p @ gn.to(dt)) @ p
     if r is not None:
         y = y.to(r.dtype) @ r
     return c_t.to(y.dtype) * mT(y) if isinstance(c, torch.Tensor) else float(c) * mT(y)
@@ -153,8 +157,10 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
         c: threshold > 0, a float or a tensor broadcastable to the batch shape ``X.shape[:-2]``
             (e.g. shape ``(B,)`` for ``X`` of shape ``(B, m, n)``: one threshold per matrix).
         method: "polar", "newton_schulz" or "exact".
-        steps: iterations (1..100); default 9 (polar, enough for ``l >= ~3e-5``) or 10 (newton_schulz).
-        dtype: compute dtype; bfloat16 runs the first two polar steps in float32 and the rest in bf16.
+        steps: iterations (1..100); default 9 (polar, enough for ``l >= ~3e-5``; 7 with bf16, enough for
+            ``sigma_max / c <= 1e3``) or 10 (newton_schulz).
+        dtype: compute dtype; bfloat16 runs the first two polar steps in float32 and the rest in bf16, all
+            on the tall stacked matrix (fp32/fp64: 3/2 tall steps, the rest on the Gram matrix).
             Default: the input dtype. The output has the input dtype.
 
     Raises:
@@ -170,7 +176,8 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
     if X.ndim == 1:
         check_scalar(c, "c", low=0.0, low_inclusive=False)
         if isinstance(c, torch.Tensor) and c.numel() != 1:
-            raise ValueError(f"c must be a float or a one-element tensor for 1-D X, got shape {tuple(c.shape)}")
+            raise ValueError(f"c must be a float or a one-element tensor for 1-D X, "
+                             f"got shape {tuple(c.shape)}")
         if not isinstance(c, torch.Tensor) and c == float("inf"):
             raise ValueError("c must be finite, got inf")
         return _soft_clip_vector(X, c.reshape(()) if isinstance(c, torch.Tensor) else c, cdt)
@@ -181,6 +188,8 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
     if method == "newton_schulz":
         out = _newton_schulz(x.to(cdt), ct, 10 if steps is None else steps)
     else:
-        out = _polar(x, ct, DEFAULT_STEPS if steps is None else steps, cdt)
+        if steps is None:
+            steps = BF16_DEFAULT_STEPS if cdt == torch.bfloat16 else DEFAULT_STEPS
+        out = _polar(x, ct, steps, cdt)
     out = mT(out) if transposed else out
     return out.to(X.dtype)

@@ -26,10 +26,10 @@ from spectrakit.manifold.norms import NORMS, FrobeniusNorm, OperatorNorm, get_no
 from spectrakit.manifold.optimizer import ManifoldSGD
 from spectrakit.manifold.sets import (
     PSDCone,
+    Spectrahedron,
     SpectralBall,
     SpectralBand,
     SpectralSet,
-    Spectrahedron,
     Stiefel,
     dilation,
 )

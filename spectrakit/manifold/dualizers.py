@@ -65,7 +65,8 @@ def naive(manifold, W: torch.Tensor, G: torch.Tensor, eta, *, norm="rms") -> tor
     """``dualize(-G, eta)`` — the LMO ignoring the tangent cone (``G`` symmetrised for symmetric sets).
 
     Args: ``manifold`` a :class:`~spectrakit.manifold.sets.SpectralSet` or ``None``; ``W``, ``G``
-    ``(..., m, n)``; ``eta >= 0`` float or tensor of batch shape; ``norm`` in {"rms", "spectral", "frobenius"}.
+    ``(..., m, n)``; ``eta >= 0`` float or tensor of batch shape; ``norm`` in {"rms", "spectral",
+    "frobenius"}.
     """
     norm, G = _prepare(manifold, W, G, eta, norm)
     with no_value_checks():
@@ -96,7 +97,8 @@ def pdhg(manifold, W, G, eta, *, norm="rms", steps: int = 32, step_ratio: float 
 
     Step sizes: ``tau = step_ratio * kappa``, ``sigma = 0.99 / (step_ratio * kappa)`` with the per-matrix
     scale ``kappa = ||A_0||_F / ||G||_F`` (units of A per unit of G), so ``tau sigma = 0.99 < 1``.
-    Args: ``steps >= 0`` iterations after the warm start; ``step_ratio > 0``; ``rtol >= 0`` freezing threshold.
+    Args: ``steps >= 0`` iterations after the warm start; ``step_ratio > 0``; ``rtol >= 0`` freezing
+    threshold.
     Returns the last primal iterate, which lies in the norm ball (it is a ball projection) and converges to
     the tangent cone.
     """
@@ -117,22 +119,25 @@ def pdhg(manifold, W, G, eta, *, norm="rms", steps: int = 32, step_ratio: float 
             x_new = norm.project_ball(x - tau * (G + y), eta, symmetric=sym)
             z = y + sigma * (2 * x_new - x)
             y_new = z - manifold.project_tangent(W, z, faces)
-            if rtol > 0:
-                y = torch.where(done, y, y_new)
+            if rtol > 0:  # converged when both the primal and the dual iterate stopped moving
+                done = done | ((_fro(x_new - x) <= rtol * _fro(x)) & (_fro(y_new - y) <= rtol * _fro(y)))
+                x, y = torch.where(done, x, x_new), torch.where(done, y, y_new)
             else:
-                y = y_new
-            done, x = _freeze(done, x_new, x, rtol)
+                x, y = x_new, y_new
     return x
 
 
 def dual_ascent(manifold, W, G, eta, *, norm="rms", steps: int = 64, sigma: float = 1.0, rtol: float = 0.0,
-                faces=None):
+                average: bool = True, faces=None):
     """Projected dual (super)gradient ascent on the face multipliers (seed 002 A1.2).
 
     ``A(S) = -LMO(G + sum_f L_f^*(S_f))``; ``S_f <- proj_{K_f}(S_f + sigma_k L_f(A))`` with
     ``sigma_k = sigma * (||G||_F / ||A_0||_F) / sqrt(k + 1)`` (the ratio makes ``sigma`` unit-free).
-    Args: ``steps >= 0``; ``sigma > 0``; ``rtol >= 0``. Returns ``A(S)`` at the last multipliers, which has
-    norm exactly ``eta`` and converges to the tangent cone.
+    Args: ``steps >= 0``; ``sigma > 0``; ``rtol >= 0``; ``average``: return the step-size-weighted average
+    of the primal iterates ``A(S_k)`` over the second half of the run (ergodic primal recovery) instead of
+    the last one. The last iterate has norm exactly ``eta`` but, when ``G + L^*(S^*)`` is (nearly) singular
+    at the dual optimum, it can stall at a feasible but suboptimal point (the LMO is not unique there):
+    measured on an 8x8 PSD problem, 3000 steps, -4.45 vs the optimum -4.758; the average converges.
     """
     check_int(steps, "steps", low=0)
     check_scalar(sigma, "sigma", low=0.0, low_inclusive=False, allow_tensor=False)
@@ -150,6 +155,7 @@ def dual_ascent(manifold, W, G, eta, *, norm="rms", steps: int = 64, sigma: floa
         A = primal(S)
         scale = sigma * _fro(G) / _fro(A).clamp_min(_TINY)
         done = torch.zeros(A.shape[:-2] + (1, 1), dtype=torch.bool, device=A.device)
+        A_sum, w_sum = torch.zeros_like(A), 0.0
         for k in range(steps):
             step = scale / (k + 1) ** 0.5
             S_new = [f.violation(s + step * f.constraint(A), manifold.method) for f, s in zip(faces, S)]
@@ -158,6 +164,11 @@ def dual_ascent(manifold, W, G, eta, *, norm="rms", steps: int = 64, sigma: floa
             else:
                 S = S_new
             done, A = _freeze(done, primal(S), A, rtol)
+            if average and k >= steps // 2:
+                w = 1.0 / (k + 1) ** 0.5
+                A_sum, w_sum = A_sum + w * A, w_sum + w
+        if average and w_sum > 0:
+            A = A_sum / w_sum
     return A
 
 

@@ -6,7 +6,8 @@ package is cut out by linear matrix inequalities on the eigen/singular subspaces
 - symmetric sets (PSD cone, spectrahedron): ``P X̂ P ≽ 0`` on the ``lo``-eigenspace (projector ``P_lo``) and
   ``P X̂ P ≼ 0`` on the ``hi``-eigenspace, with ``X̂ = sym(X)``;
 - rectangular sets (spectral ball/band, Stiefel): ``sym(J^T X P_V) ≽ 0`` on the ``lo``-singular subspace and
-  ``≼ 0`` on the ``hi``-singular subspace, with ``P_V = V_r V_r^T`` and the partial isometry ``J = U_r V_r^T``.
+  ``≼ 0`` on the ``hi``-singular subspace, with ``P_V = V_r V_r^T`` and the partial isometry ``J = U_r
+  V_r^T``.
 
 A :class:`Face` stores ``(J, P, lower)``; the constraint map is ``L(X) = sym(J^T X P)`` (``J = P`` for
 symmetric sets, where ``L(X) = P X̂ P``) with adjoint ``L*(S) = J S P``. All projectors come from
@@ -25,8 +26,10 @@ from spectrakit.manifold import _ops
 class Face(NamedTuple):
     """One active face: constraint ``L(X) = sym(J^T X P) ≽ 0`` (``lower=True``) or ``≼ 0`` (``lower=False``).
 
-    ``J`` has the shape of the parameter ``(..., m, n)``, ``P`` is ``(..., n, n)``; for symmetric sets ``J`` is
-    ``None`` and ``L(X) = P sym(X) P``. ``transposed=True`` means ``J, P`` describe ``W^T`` (wide parameters are
+    ``J`` has the shape of the parameter ``(..., m, n)``, ``P`` is ``(..., n, n)``; for symmetric sets
+    ``J`` is
+    ``None`` and ``L(X) = P sym(X) P``. ``transposed=True`` means ``J, P`` describe ``W^T`` (wide
+    parameters are
     handled in their tall orientation so that ``W^T W`` is the small Gram matrix): ``L(X) = sym(J^T X^T P)``.
     """
 
@@ -50,7 +53,8 @@ class Face(NamedTuple):
         return out.mT if self.transposed else out
 
     def violation(self, S: torch.Tensor, method: str) -> torch.Tensor:
-        """The part of symmetric ``S`` outside the allowed cone: ``proj_nsd(S)`` (lower) / ``proj_psd(S)`` (upper)."""
+        """The part of symmetric ``S`` outside the allowed cone: ``proj_nsd(S)`` (lower) / ``proj_psd(S)``
+        (upper)."""
         return _ops.proj_nsd(S, method) if self.lower else _ops.proj_psd(S, method)
 
     def correction(self, X: torch.Tensor, method: str) -> torch.Tensor:
@@ -62,7 +66,8 @@ class Face(NamedTuple):
 
 
 def eig_lower_projector(W: torch.Tensor, lo, tol: float, method: str) -> torch.Tensor:
-    """``P_lo = I - eig_stepfun(W, lo + tol)``: projector onto eigenvectors of ``W`` with eigenvalue ``<= lo + tol``.
+    """``P_lo = I - eig_stepfun(W, lo + tol)``: projector onto eigenvectors of ``W`` with eigenvalue ``<=
+    lo + tol``.
 
     Seed 002 §3.2.1 (``lo = 0``: null-space projector ``P_0`` of a PSD matrix) and §4.1.1. ``W`` symmetric
     ``(..., n, n)`` with all eigenvalues ``>= lo``; ``lo`` float or tensor of batch shape; ``tol > 0``.
@@ -71,12 +76,14 @@ def eig_lower_projector(W: torch.Tensor, lo, tol: float, method: str) -> torch.T
 
 
 def eig_upper_projector(W: torch.Tensor, hi, tol: float, method: str) -> torch.Tensor:
-    """``P_hi = eig_stepfun(W, hi - tol)``: projector onto eigenvectors with eigenvalue ``>= hi - tol`` (§4.1.1)."""
+    """``P_hi = eig_stepfun(W, hi - tol)``: projector onto eigenvectors with eigenvalue ``>= hi - tol``
+    (§4.1.1)."""
     return _ops.eig_stepfun(_shifted(W, hi), -tol, method)
 
 
 def singular_upper_face(W: torch.Tensor, hi, tol: float, method: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J, P_V)`` of the top singular subspace: ``P_V = eig_stepfun(W^T W / hi^2, 1 - tol)``, ``J = W P_V / hi``.
+    """``(J, P_V)`` of the top singular subspace: ``P_V = eig_stepfun(W^T W / hi^2, 1 - tol)``, ``J = W P_V
+    / hi``.
 
     Seed 002 §5.1.3: with ``W = U S V^T`` and ``||W||_2 <= hi``, ``P_V = V_hi V_hi^T`` and ``J = U_hi V_hi^T``
     (singular values within a relative ``tol`` of ``hi`` count as on the boundary). ``hi > 0``.
@@ -87,9 +94,11 @@ def singular_upper_face(W: torch.Tensor, hi, tol: float, method: str) -> tuple[t
 
 
 def singular_lower_face(W: torch.Tensor, lo, tol: float, method: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J, P_V)`` of the bottom singular subspace: ``P_V = I - eig_stepfun(W^T W / lo^2, 1 + tol)``, ``J = W P_V / lo``.
+    """``(J, P_V)`` of the bottom singular subspace: ``P_V = I - eig_stepfun(W^T W / lo^2, 1 + tol)``, ``J
+    = W P_V / lo``.
 
-    Seed 002 A1.1 (band with inner radius ``lo > 0``). ``W`` must be tall (``m >= n``) so that ``W^T W`` has no
+    Seed 002 A1.1 (band with inner radius ``lo > 0``). ``W`` must be tall (``m >= n``) so that ``W^T W``
+    has no
     structural zero eigenvalues; callers transpose wide matrices.
     """
     lo_ = _ops.as_batch_scalar(lo, W)

@@ -9,7 +9,7 @@ Each norm provides the three maps the dualizers need, for a matrix of shape ``(.
 
 | norm | value | dualize | project_ball |
 |---|---|---|---|
-| ``rms`` (RMS→RMS) | ``sqrt(n/m) ||A||_2`` | ``sqrt(m/n) eta msign(X)`` | ``spectral_hardcap(X, sqrt(m/n) eta)`` |
+| ``rms`` | ``sqrt(n/m) ||A||_2`` | ``sqrt(m/n) eta msign(X)`` | ``spectral_hardcap(X, sqrt(m/n) eta)`` |
 | ``spectral`` | ``||A||_2`` | ``eta msign(X)`` | ``spectral_hardcap(X, eta)`` |
 | ``frobenius`` | ``||A||_F`` | ``eta X / ||X||_F`` | ``X min(1, eta / ||X||_F)`` |
 

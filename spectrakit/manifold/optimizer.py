@@ -13,6 +13,7 @@ the weight-decay-as-constraint view of seed 002 A2: ``W <- (1 - lr lambda) W + A
 Parameters with fewer than 2 dims (biases, gains) get plain SGD with momentum: ``p <- p - lr * D``.
 
 Same-shaped parameters of a group are stacked and processed as one batch; no host synchronisation.
+bf16/fp16 parameters are updated in float32 (momentum kept in float32) and stored back in their dtype.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ class ManifoldSGD(torch.optim.Optimizer):
     """Steepest descent on spectral sets with momentum (see module docstring for the update).
 
     Args:
-        params: parameters or param groups; a group may set its own ``manifold`` (per-parameter choice of set),
+        params: parameters or param groups; a group may set its own ``manifold`` (per-parameter choice of
+        set),
             ``lr``, ``norm``, ``dualizer`` etc.
-        manifold: a :class:`~spectrakit.manifold.sets.SpectralSet` (``PSDCone()``, ``SpectralBall(4, rms=True)``,
+        manifold: a :class:`~spectrakit.manifold.sets.SpectralSet` (``PSDCone()``, ``SpectralBall(4,
+        rms=True)``,
             ...) or ``None`` (unconstrained).
         lr: step size ``eta > 0`` = the norm of the update ``A``.
         norm: ``"rms"`` (RMS→RMS operator norm), ``"spectral"`` or ``"frobenius"``.
@@ -54,15 +57,19 @@ class ManifoldSGD(torch.optim.Optimizer):
                         dualizer_options=dict(dualizer_options or {}), momentum=momentum, nesterov=nesterov,
                         weight_decay=weight_decay)
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            self._check_group(group)
         if retract_init:
             self.retract_parameters()
+
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group (validated like the constructor's arguments; not retracted automatically)."""
+        super().add_param_group(param_group)
+        self._check_group(self.param_groups[-1])
 
     @staticmethod
     def _check_group(group) -> None:
         check_scalar(group["lr"], "lr", low=0.0, low_inclusive=False, allow_tensor=False)
-        check_scalar(group["momentum"], "momentum", low=0.0, high=1.0, high_inclusive=False, allow_tensor=False)
+        check_scalar(group["momentum"], "momentum", low=0.0, high=1.0, high_inclusive=False,
+                     allow_tensor=False)
         check_scalar(group["weight_decay"], "weight_decay", low=0.0, allow_tensor=False)
         if group["lr"] * group["weight_decay"] > 1:
             raise ValueError(f"lr * weight_decay must be <= 1, got {group['lr'] * group['weight_decay']}")
@@ -86,7 +93,7 @@ class ManifoldSGD(torch.optim.Optimizer):
                 if m is None:
                     continue
                 for params in _buckets(group["params"]).values():
-                    W = torch.stack([p.float() for p in params])
+                    W = torch.stack([_work(p) for p in params])
                     for p, w in zip(params, m.retract(W).unbind(0)):
                         p.copy_(w)
 
@@ -103,7 +110,7 @@ class ManifoldSGD(torch.optim.Optimizer):
         return loss
 
     def _direction(self, p, group) -> torch.Tensor:
-        g = p.grad.float()
+        g = _work(p.grad)
         mu = group["momentum"]
         if mu == 0:
             return g
@@ -126,7 +133,7 @@ class ManifoldSGD(torch.optim.Optimizer):
                     if wd:
                         p.mul_(1 - lr * wd)
                 continue
-            W = torch.stack([p.float() for p in bucket])
+            W = torch.stack([_work(p) for p in bucket])
             G = torch.stack(D)
             A = steepest_direction(m, W, G, lr, norm=group["norm"], dualizer=group["dualizer"],
                                    **group["dualizer_options"])
@@ -135,6 +142,11 @@ class ManifoldSGD(torch.optim.Optimizer):
                 W_new = m.retract(W_new)
             for p, w in zip(bucket, W_new.unbind(0)):
                 p.copy_(w)
+
+
+def _work(t: torch.Tensor) -> torch.Tensor:
+    """Half-precision tensors are updated in float32 (state included); others in their own dtype."""
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t
 
 
 def _buckets(params):

@@ -6,9 +6,11 @@ Seed 002 §3–§5 and appendix A1 (SPEC §4):
 |---|---|---|
 | ``PSDCone()`` | ``proj_psd`` | ``X̂ - proj_nsd(P_0 X̂ P_0)``, ``P_0 = I - eig_stepfun(W, tol)`` |
 | ``Spectrahedron(lo, hi)`` | ``eig_clip(lo, hi)`` | ``X̂ - proj_nsd(P_lo X̂ P_lo) - proj_psd(P_hi X̂ P_hi)`` |
-| ``SpectralBall(R)`` | ``spectral_hardcap(R)`` | ``X - J_R proj_psd(sym(J_R^T X P_V))``, ``P_V = eig_stepfun(W^T W/R^2, 1-tol)``, ``J_R = W P_V / R`` |
-| ``SpectralBand(lo, hi)`` | ``spectral_clip(lo, hi)`` | subtract the ``lo`` face ``J_lo proj_nsd(...)`` and the ``hi`` face ``J_hi proj_psd(...)`` |
+| ``SpectralBall(R)`` | ``spectral_hardcap(R)`` | ``X - J_R proj_psd(sym(J_R^T X P_V))`` (1) |
+| ``SpectralBand(lo, hi)`` | ``spectral_clip(lo, hi)`` | ``X - J_lo proj_nsd(..) - J_hi proj_psd(..)`` (2) |
 | ``Stiefel()`` | ``msign`` | ``X - W sym(W^T X)`` |
+
+(1) ``P_V = eig_stepfun(W^T W / R^2, 1 - tol)``, ``J_R = W P_V / R``; (2) both faces, ``sym(J^T X P)`` inside.
 
 Every method works on a batch ``(..., m, n)`` of same-shaped matrices, never synchronises the host (no test
 of "is W an interior point": at an interior point the projectors vanish and the formulas reduce to the
@@ -54,7 +56,8 @@ class SpectralSet:
     def faces(self, W: torch.Tensor) -> list[Face]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def project_tangent(self, W: torch.Tensor, X: torch.Tensor, faces: list[Face] | None = None) -> torch.Tensor:
+    def project_tangent(self, W: torch.Tensor, X: torch.Tensor,
+                        faces: list[Face] | None = None) -> torch.Tensor:
         """Frobenius projection of ``X`` onto the tangent cone ``T_W`` of the set at ``W`` (``W`` in the set).
 
         ``faces`` (from :meth:`faces`) may be passed to reuse the projectors across several projections.
@@ -72,7 +75,8 @@ class SpectralSet:
     def contains(self, W: torch.Tensor, tol: float = 1e-4) -> torch.Tensor:
         """Boolean tensor (batch shape): whether ``W`` lies in the set up to ``tol`` relative to its scale.
 
-        Uses exact float64 eigenvalues/singular values (a diagnostic for tests and logs, syncs nothing itself).
+        Uses exact float64 eigenvalues/singular values (a diagnostic for tests and logs, syncs nothing
+        itself).
         """
         self._check(W, "W")
         return self._contains(W.double(), float(tol))
@@ -191,7 +195,8 @@ class SpectralBand(SpectralSet):
         super().__init__(tol=tol, method=method)
         self.hi = float(check_scalar(hi, "hi", low=0.0, high=math.inf, low_inclusive=False,
                                      high_inclusive=False, allow_tensor=False))
-        self.lo = float(check_scalar(lo, "lo", low=0.0, high=math.inf, high_inclusive=False, allow_tensor=False))
+        self.lo = float(check_scalar(lo, "lo", low=0.0, high=math.inf, high_inclusive=False,
+                                     allow_tensor=False))
         if self.lo > self.hi:
             raise ValueError(f"lo must be <= hi, got lo={self.lo}, hi={self.hi}")
         self.rms = bool(rms)
@@ -233,7 +238,8 @@ class SpectralBand(SpectralSet):
 
 
 class SpectralBall(SpectralBand):
-    """Spectral ball ``{W : ||W||_2 <= R}`` (seed 002 §5), ``R = radius`` or ``radius * sqrt(m/n)`` (``rms=True``).
+    """Spectral ball ``{W : ||W||_2 <= R}`` (seed 002 §5), ``R = radius`` or ``radius * sqrt(m/n)``
+    (``rms=True``).
 
     ``retract = spectral_hardcap(R)``; tangent projection ``X - J_R proj_psd(sym(J_R^T X P_V))`` with
     ``P_V = eig_stepfun(W^T W / R^2, 1 - tol)``, ``J_R = W P_V / R`` (§5.1.2–5.1.3), or, with
@@ -272,7 +278,8 @@ class Stiefel(SpectralBand):
     """(Scaled) Stiefel manifold: all singular values equal ``s = 1`` (or ``sqrt(m/n)`` with ``rms=True``).
 
     The spectral band ``[s, s]`` (seed 002 A1.1.1): ``retract(W) = s msign(W)``; tangent projection
-    ``X - Q sym(Q^T X)`` with ``Q = W / s`` for tall ``W`` (``X - sym(X Q^T) Q`` for wide ``W``), which the band
+    ``X - Q sym(Q^T X)`` with ``Q = W / s`` for tall ``W`` (``X - sym(X Q^T) Q`` for wide ``W``), which the
+    band
     formula reduces to (checked in the tests). Args: ``rms``, ``tol``, ``method`` as in :class:`SpectralBand`.
     """
 

@@ -54,8 +54,10 @@ class LlamaConfig:
         check_int(self.n_heads, "n_heads", low=1)
         check_int(self.max_seq_len, "max_seq_len", low=1)
         if self.dim % self.n_heads or (self.dim // self.n_heads) % 2:
-            raise ValueError(f"dim must be divisible by n_heads with an even head size (RoPE), "
-                             f"got dim={self.dim}, n_heads={self.n_heads}")
+            raise ValueError(
+                f"dim must be divisible by n_heads with an even head size (RoPE), "
+                f"got dim={self.dim}, n_heads={self.n_heads}"
+            )
         if self.mlp_hidden is None:
             self.mlp_hidden = 64 * math.ceil(8 * self.dim / 3 / 64)
         check_int(self.mlp_hidden, "mlp_hidden", low=1)
@@ -85,8 +87,14 @@ def preset_config(name: str, vocab_size: int, **overrides) -> LlamaConfig:
     return LlamaConfig(vocab_size=vocab_size, **{**PRESETS[name], **overrides})
 
 
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """float16/bfloat16 -> float32 (the precision of norms and rotations); other dtypes unchanged."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 class RMSNorm(nn.Module):
-    """``y = x / sqrt(mean(x^2) + eps) * g`` over the last dim, computed in float32, returned in x's dtype."""
+    """``y = x / sqrt(mean(x^2) + eps) * g`` over the last dim, computed in at least float32, returned in
+    x's dtype."""
 
     def __init__(self, dim: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -94,9 +102,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
+        xf = _upcast(x)
         y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (y * self.weight.float()).to(x.dtype)
+        return (y * self.weight.to(xf.dtype)).to(x.dtype)
 
 
 def rope_tables(head_dim: int, seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,9 +118,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     """Rotate consecutive pairs ``(x[2i], x[2i+1])`` of the last dim by the angles of ``cos``/``sin``.
 
     ``x``: (B, H, T, hd); ``cos``/``sin``: (T, hd/2). Each pair is multiplied by the rotation matrix
-    ``[[cos, -sin], [sin, cos]]``; computed in float32 and cast back.
+    ``[[cos, -sin], [sin, cos]]``; computed in at least float32 and cast back.
     """
-    xf = x.float().unflatten(-1, (-1, 2))
+    xf = _upcast(x).unflatten(-1, (-1, 2))
+    cos, sin = cos.to(xf.dtype), sin.to(xf.dtype)
     x0, x1 = xf[..., 0], xf[..., 1]
     out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
     return out.flatten(-2).to(x.dtype)
@@ -189,7 +198,8 @@ class Llama(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Normal(0, init_std) for matrices, ``init_std/sqrt(2 n_layers)`` for residual outputs, ones for norms."""
+        """Normal(0, init_std) for matrices, ``init_std/sqrt(2 n_layers)`` for residual outputs, ones for
+        norms."""
         std = self.cfg.init_std
         for name, p in self.named_parameters():
             if p.ndim == 1:
@@ -206,7 +216,9 @@ class Llama(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         if idx.ndim != 2 or idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"idx must be an int64 tensor of shape (B, T), got {idx.dtype} {tuple(idx.shape)}")
+            raise ValueError(
+                f"idx must be an int64 tensor of shape (B, T), got {idx.dtype} {tuple(idx.shape)}"
+            )
         T = idx.shape[1]
         if T > self.cfg.max_seq_len:
             raise ValueError(f"sequence length must be in [1, max_seq_len={self.cfg.max_seq_len}], got {T}")

@@ -1,7 +1,9 @@
 """Bias-free multilayer perceptron used by the steepest-descent-on-spectral-sets experiments (seed 002 §6).
 
-``MLP(dims)`` computes ``x -> W_L phi(... phi(W_2 phi(W_1 x)))`` with ``W_l`` of shape ``(dims[l], dims[l-1])``
-(``nn.Linear`` convention ``(out, in)``) and ``phi`` = ReLU or GELU; there are no biases, so every parameter is a
+``MLP(dims)`` computes ``x -> W_L phi(... phi(W_2 phi(W_1 x)))`` with ``W_l`` of shape ``(dims[l],
+dims[l-1])``
+(``nn.Linear`` convention ``(out, in)``) and ``phi`` = ReLU or GELU; there are no biases, so every
+parameter is a
 matrix that can live on a spectral set. Weights are initialised on the scaled Stiefel manifold
 ``W = sqrt(out/in) * msign(randn)`` (unit RMS→RMS norm, all singular values equal), the natural start for
 steepest descent under the RMS→RMS norm.
@@ -50,7 +52,8 @@ class MLP(nn.Module):
 
     @torch.no_grad()
     def reset_stiefel(self, generator: torch.Generator | None = None) -> None:
-        """``W <- sqrt(out/in) U V^T`` for ``randn = U S V^T`` (exact SVD; singular values all ``sqrt(out/in)``)."""
+        """``W <- sqrt(out/in) U V^T`` for ``randn = U S V^T`` (exact SVD; singular values all
+        ``sqrt(out/in)``)."""
         for layer in self.layers:
             out_f, in_f = layer.weight.shape
             g = torch.randn(out_f, in_f, generator=generator, dtype=torch.float64)

@@ -1,6 +1,6 @@
 """SPECTRA, Muon and the plain optimizers as one update pipeline (seed 000, SPEC §2).
 
-``pre-transform(grad) -> base direction (with state) -> post-transform -> p <- (1 - lr wd) p - lr alpha post(U)``
+``pre(grad) -> base direction (with state) -> post-transform -> p <- (1 - lr wd) p - lr alpha post(U)``
 
 - :class:`Spectra`: the pipeline (a ``torch.optim.Optimizer``); parts in :mod:`.bases`,
   :mod:`.transforms` and :mod:`.schedules`.
@@ -31,7 +31,24 @@ from spectrakit.optim.spectra import Spectra
 from spectrakit.optim.transforms import POST_TRANSFORMS, update_scale
 
 __all__ = [
-    "BASES", "POST_TRANSFORMS", "Spectra", "clip_threshold", "make_schedule", "update_scale",
-    "SpectraAdamW", "SpectraSignum", "SpectraSGD", "SpectraAdEMAMix", "SpectraMARS", "SpectraLion",
-    "AdamW", "Signum", "SGD", "AdEMAMix", "MARS", "Lion", "Muon", "DMuon",
+    "BASES",
+    "POST_TRANSFORMS",
+    "Spectra",
+    "clip_threshold",
+    "make_schedule",
+    "update_scale",
+    "SpectraAdamW",
+    "SpectraSignum",
+    "SpectraSGD",
+    "SpectraAdEMAMix",
+    "SpectraMARS",
+    "SpectraLion",
+    "AdamW",
+    "Signum",
+    "SGD",
+    "AdEMAMix",
+    "MARS",
+    "Lion",
+    "Muon",
+    "DMuon",
 ]

@@ -85,22 +85,25 @@ def adam_direction_(u, m, v, t, b1, b2, eps, ok, mul_):
     torch._foreach_lerp_(v, u, (1 - b2) * ok)
     torch._foreach_copy_(u, v)
     torch._foreach_sqrt_(u)
-    mul_(torch.rsqrt(1.0 - b2 ** t))
+    mul_(torch.rsqrt(1.0 - b2**t))
     torch._foreach_add_(u, eps)
     torch._foreach_reciprocal_(u)
     torch._foreach_mul_(u, m)
-    mul_(1.0 / (1.0 - b1 ** t))
+    mul_(1.0 / (1.0 - b1**t))
 
 
 class Signum:
     """Signum direction (Bernstein et al. 2018): ``m <- b m + (1-b) g``, ``U = sign(m)``; with
-    ``nesterov=True``: ``U = sign((1-b) g + b m)``. Hyperparameters: ``momentum`` b in [0, 1), ``nesterov``."""
+    ``nesterov=True``: ``U = sign((1-b) g + b m)``. Hyperparameters: ``momentum`` b in [0, 1),
+    ``nesterov``."""
 
     name = "signum"
     defaults = {"momentum": 0.9, "nesterov": False}
 
     def validate(self, group):
-        check_scalar(group["momentum"], "momentum", low=0.0, high=1.0, high_inclusive=False, allow_tensor=False)
+        check_scalar(
+            group["momentum"], "momentum", low=0.0, high=1.0, high_inclusive=False, allow_tensor=False
+        )
 
     def init_state(self, p):
         return {"step": _step(p), "momentum_buffer": _zeros(p)}
@@ -127,7 +130,9 @@ class SGD:
     defaults = {"momentum": 0.9, "dampening": 0.0, "nesterov": False}
 
     def validate(self, group):
-        check_scalar(group["momentum"], "momentum", low=0.0, high=1.0, high_inclusive=False, allow_tensor=False)
+        check_scalar(
+            group["momentum"], "momentum", low=0.0, high=1.0, high_inclusive=False, allow_tensor=False
+        )
         check_scalar(group["dampening"], "dampening", low=0.0, high=1.0, allow_tensor=False)
 
     def init_state(self, p):
@@ -179,8 +184,13 @@ class AdEMAMix:
     ``beta3_warmup`` T_b3 (None or int >= 1), ``eps`` >= 0."""
 
     name = "ademamix"
-    defaults = {"betas": (0.9, 0.999, 0.9999), "alpha": 2.0, "alpha_warmup": None, "beta3_warmup": None,
-                "eps": 1e-8}
+    defaults = {
+        "betas": (0.9, 0.999, 0.9999),
+        "alpha": 2.0,
+        "alpha_warmup": None,
+        "beta3_warmup": None,
+        "eps": 1e-8,
+    }
 
     def validate(self, group):
         _check_betas(group["betas"], 3)
@@ -220,13 +230,13 @@ class AdEMAMix:
         torch._foreach_lerp_(v, u, (1 - b2) * ok)
         torch._foreach_copy_(u, v)  # u <- 1 / (sqrt(v_hat) + eps)
         torch._foreach_sqrt_(u)
-        mul_(torch.rsqrt(1.0 - b2 ** t))
+        mul_(torch.rsqrt(1.0 - b2**t))
         torch._foreach_add_(u, group["eps"])
         torch._foreach_reciprocal_(u)
         fast = torch._foreach_mul(u, m1)
         torch._foreach_mul_(u, m2)
         mul_(alpha_t)
-        torch._foreach_mul_(fast, list((1.0 / (1.0 - b1 ** t)).unbind(0)))
+        torch._foreach_mul_(fast, list((1.0 / (1.0 - b1**t)).unbind(0)))
         torch._foreach_add_(u, fast)
 
 

@@ -2,7 +2,8 @@
 
 ``SpectraX`` = base X + ``post="soft_clip"`` (c = 10, wd = 0.1, alpha = max(1, sqrt(m/n))), seed 000 §5.
 Plain ``X`` = base X + ``post="none"`` (alpha = 1): the published optimizer itself.
-``Muon`` = SGD-Nesterov (EMA momentum 0.95) + Newton-Schulz quintic + ``max(1, m/n)^0.5`` (Jordan et al. 2024).
+``Muon`` = SGD-Nesterov (EMA momentum 0.95) + Newton-Schulz quintic + ``max(1, m/n)^0.5``
+(Jordan et al. 2024).
 ``DMuon`` = SGD-Nesterov + Newton-Schulz quintic + ``0.2 sqrt(max(m, n))`` (Moonlight, Liu et al. 2025).
 Every keyword of :class:`Spectra` (and of the base) can still be passed and overrides the preset;
 param groups may override ``base``/``post``/``scale`` (e.g. AdamW for 1-D parameters under Muon).
@@ -18,36 +19,64 @@ def _preset(name: str, doc: str, **preset):
         Spectra.__init__(self, params, **{**preset, **kwargs})
 
     __init__.__doc__ = f"``{name}(params, **kwargs)``: Spectra with defaults {preset}; kwargs override them."
-    return type(name, (Spectra,), {"__init__": __init__, "__doc__": doc, "preset": preset,
-                                   "__module__": __name__})
+    return type(
+        name, (Spectra,), {"__init__": __init__, "__doc__": doc, "preset": preset, "__module__": __name__}
+    )
 
 
 _SPECTRA = dict(post="soft_clip", weight_decay=0.1, c=10.0)
 _SEED = "Seed 000 Alg. 2 with this base; arguments, ranges and errors as in :class:`Spectra`."
 
-SpectraAdamW = _preset("SpectraAdamW", "SPECTRA-AdamW: ``X <- (1-lr wd) X - lr alpha soft_clip_c(AdamW dir)``. "
-                       + _SEED, base="adamw", **_SPECTRA)
-SpectraSignum = _preset("SpectraSignum", "SPECTRA-Signum: soft clip of ``sign(m)``. " + _SEED,
-                        base="signum", **_SPECTRA)
-SpectraSGD = _preset("SpectraSGD", "SGD-momentum with soft spectral clipping (update rule (4)). " + _SEED,
-                     base="sgd", **_SPECTRA)
+SpectraAdamW = _preset(
+    "SpectraAdamW",
+    "SPECTRA-AdamW: ``X <- (1-lr wd) X - lr alpha soft_clip_c(AdamW dir)``. " + _SEED,
+    base="adamw",
+    **_SPECTRA,
+)
+SpectraSignum = _preset(
+    "SpectraSignum", "SPECTRA-Signum: soft clip of ``sign(m)``. " + _SEED, base="signum", **_SPECTRA
+)
+SpectraSGD = _preset(
+    "SpectraSGD",
+    "SGD-momentum with soft spectral clipping (update rule (4)). " + _SEED,
+    base="sgd",
+    **_SPECTRA,
+)
 SpectraAdEMAMix = _preset("SpectraAdEMAMix", "SPECTRA-AdEMAMix. " + _SEED, base="ademamix", **_SPECTRA)
 SpectraMARS = _preset("SpectraMARS", "SPECTRA-MARS(-AdamW). " + _SEED, base="mars", **_SPECTRA)
-SpectraLion = _preset("SpectraLion", "Lion with soft spectral clipping of ``sign(.)``. " + _SEED,
-                      base="lion", **_SPECTRA)
+SpectraLion = _preset(
+    "SpectraLion", "Lion with soft spectral clipping of ``sign(.)``. " + _SEED, base="lion", **_SPECTRA
+)
 
 _PLAIN = "Plain optimizer (post='none', alpha = 1), the same pipeline; see :class:`Spectra`."
-AdamW = _preset("AdamW", "AdamW (Loshchilov & Hutter 2019), equal to torch.optim.AdamW. " + _PLAIN,
-                base="adamw", post="none", weight_decay=1e-2)
-Signum = _preset("Signum", "Signum (Bernstein et al. 2018). " + _PLAIN, base="signum", post="none",
-                 weight_decay=0.0)
-SGD = _preset("SGD", "SGD with momentum (torch.optim.SGD rule, decoupled weight decay). " + _PLAIN,
-              base="sgd", post="none", weight_decay=0.0)
-AdEMAMix = _preset("AdEMAMix", "AdEMAMix (Pagliardini et al. 2024). " + _PLAIN, base="ademamix", post="none",
-                   weight_decay=0.0)
+AdamW = _preset(
+    "AdamW",
+    "AdamW (Loshchilov & Hutter 2019), equal to torch.optim.AdamW. " + _PLAIN,
+    base="adamw",
+    post="none",
+    weight_decay=1e-2,
+)
+Signum = _preset(
+    "Signum", "Signum (Bernstein et al. 2018). " + _PLAIN, base="signum", post="none", weight_decay=0.0
+)
+SGD = _preset(
+    "SGD",
+    "SGD with momentum (torch.optim.SGD rule, decoupled weight decay). " + _PLAIN,
+    base="sgd",
+    post="none",
+    weight_decay=0.0,
+)
+AdEMAMix = _preset(
+    "AdEMAMix",
+    "AdEMAMix (Pagliardini et al. 2024). " + _PLAIN,
+    base="ademamix",
+    post="none",
+    weight_decay=0.0,
+)
 MARS = _preset("MARS", "MARS-AdamW (Yuan et al. 2024). " + _PLAIN, base="mars", post="none", weight_decay=0.0)
-Lion = _preset("Lion", "Lion (Chen et al. 2023). " + _PLAIN, base="lion", post="none", lr=1e-4,
-               weight_decay=0.0)
+Lion = _preset(
+    "Lion", "Lion (Chen et al. 2023). " + _PLAIN, base="lion", post="none", lr=1e-4, weight_decay=0.0
+)
 
 
 class Muon(Spectra):
@@ -60,8 +89,16 @@ class Muon(Spectra):
     Muon is meant for hidden matrices: give 1-D parameters, embeddings and the head their own group with
     ``base="adamw", post="none"``. Arguments, ranges and errors as in :class:`Spectra`."""
 
-    preset = dict(base="sgd", post="newton_schulz5", scale="muon", lr=0.02, weight_decay=0.0, momentum=0.95,
-                  nesterov=True, post_dtype="bfloat16")
+    preset = dict(
+        base="sgd",
+        post="newton_schulz5",
+        scale="muon",
+        lr=0.02,
+        weight_decay=0.0,
+        momentum=0.95,
+        nesterov=True,
+        post_dtype="bfloat16",
+    )
 
     def __init__(self, params, **kwargs):
         opts = {**self.preset, **kwargs}
@@ -69,9 +106,18 @@ class Muon(Spectra):
         super().__init__(params, **opts)
 
 
-DMuon = _preset("DMuon", "D-Muon (Moonlight, Liu et al. 2025): SGD-Nesterov (heavy-ball momentum 0.95) + "
-                "Newton-Schulz quintic, ``alpha = 0.2 sqrt(max(m, n))`` so the update RMS matches AdamW's, "
-                "wd 0.1. Give embeddings/head/1-D parameters a group with ``base='adamw', post='none'``. "
-                "Arguments as in :class:`Spectra`.",
-                base="sgd", post="newton_schulz5", scale="moonlight", lr=1e-3, weight_decay=0.1, momentum=0.95,
-                nesterov=True, post_dtype="bfloat16")
+DMuon = _preset(
+    "DMuon",
+    "D-Muon (Moonlight, Liu et al. 2025): SGD-Nesterov (heavy-ball momentum 0.95) + "
+    "Newton-Schulz quintic, ``alpha = 0.2 sqrt(max(m, n))`` so the update RMS matches AdamW's, "
+    "wd 0.1. Give embeddings/head/1-D parameters a group with ``base='adamw', post='none'``. "
+    "Arguments as in :class:`Spectra`.",
+    base="sgd",
+    post="newton_schulz5",
+    scale="moonlight",
+    lr=1e-3,
+    weight_decay=0.1,
+    momentum=0.95,
+    nesterov=True,
+    post_dtype="bfloat16",
+)

@@ -15,7 +15,13 @@ from spectrakit._checks import check_choice, check_int, check_scalar
 WARMUPS = ("inverse_lr", "none")
 DECAYS = (None, "linear", "cosine", "sqrt")
 
-_DEFAULT = {"warmup": "inverse_lr", "decay": None, "decay_start": 0.8, "total_steps": None, "final_scale": 0.01}
+_DEFAULT = {
+    "warmup": "inverse_lr",
+    "decay": None,
+    "decay_start": 0.8,
+    "total_steps": None,
+    "final_scale": 0.01,
+}
 
 
 def _decay_shape(kind: str, t: float) -> float:
@@ -34,7 +40,8 @@ def make_schedule(spec=None, name: str = "c_schedule") -> dict:
     (c_k = c), or a dict with any of the keys
     ``warmup`` ("inverse_lr" | "none"), ``decay`` (None | "linear" | "cosine" | "sqrt"),
     ``decay_start`` (fraction of ``total_steps`` in [0, 1) where the decay starts, default 0.8),
-    ``total_steps`` (int >= 1, required when ``decay`` is set) and ``final_scale`` (c_K / c, > 0, default 0.01).
+    ``total_steps`` (int >= 1, required when ``decay`` is set) and ``final_scale`` (c_K / c, > 0,
+    default 0.01).
 
     Raises ValueError/TypeError naming ``name`` and the offending key.
     """
@@ -51,9 +58,17 @@ def make_schedule(spec=None, name: str = "c_schedule") -> dict:
     check_choice(out["warmup"], f"{name}['warmup']", WARMUPS)
     if out["decay"] not in DECAYS:
         raise ValueError(f"{name}['decay'] must be one of {DECAYS}, got {out['decay']!r}")
-    check_scalar(out["decay_start"], f"{name}['decay_start']", low=0.0, high=1.0, high_inclusive=False,
-                 allow_tensor=False)
-    check_scalar(out["final_scale"], f"{name}['final_scale']", low=0.0, low_inclusive=False, allow_tensor=False)
+    check_scalar(
+        out["decay_start"],
+        f"{name}['decay_start']",
+        low=0.0,
+        high=1.0,
+        high_inclusive=False,
+        allow_tensor=False,
+    )
+    check_scalar(
+        out["final_scale"], f"{name}['final_scale']", low=0.0, low_inclusive=False, allow_tensor=False
+    )
     if out["decay"] is not None:
         if out["total_steps"] is None:
             raise ValueError(f"{name}['total_steps'] must be an int >= 1 when {name}['decay'] is set")

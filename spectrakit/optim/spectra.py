@@ -51,7 +51,6 @@ from spectrakit.optim.transforms import (
     vector_soft_clip_factors,
 )
 
-
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
 
 
@@ -66,14 +65,15 @@ class Spectra(torch.optim.Optimizer):
         base: base direction, one of ``"adamw"``, ``"signum"``, ``"sgd"``, ``"ademamix"``, ``"mars"``,
             ``"lion"`` (see :mod:`spectrakit.optim.bases`).
         post: post-transform of the matrix directions, one of ``"soft_clip"`` (SPECTRA, default),
-            ``"soft_clip_exact"``, ``"hard_clip"`` (exact SVD), ``"hardcap"``, ``"orthogonalize"``,
-            ``"newton_schulz5"`` (Muon), ``"global_clip"`` (Frobenius), ``"none"`` (see
-            :mod:`spectrakit.optim.transforms`).
+            ``"soft_clip_ns"`` (the paper's Newton-Schulz SSC), ``"soft_clip_exact"``, ``"hard_clip"``
+            (exact SVD), ``"hardcap"``, ``"orthogonalize"``, ``"newton_schulz5"`` (Muon), ``"global_clip"``
+            (Frobenius), ``"none"`` (see :mod:`spectrakit.optim.transforms`).
         lr: learning rate >= 0 (any ``torch.optim.lr_scheduler`` may change it).
         weight_decay: decoupled weight decay ``wd`` >= 0 (applied as ``(1 - lr wd)``).
         c: clip threshold > 0 of the post-transform (ignored by ``orthogonalize``/``none``).
         pre_c: threshold > 0 of the pre-transform of the raw gradient, or None (off, default).
-        pre: pre-transform name: ``"soft_clip"`` (default), ``"soft_clip_exact"`` or ``"hard_clip"``.
+        pre: pre-transform name: ``"soft_clip"`` (default), ``"soft_clip_ns"``, ``"soft_clip_exact"`` or
+            ``"hard_clip"``.
         warmup_steps: int >= 0, length of the LR warm-up during which ``c_k = c * peak_lr / lr_k``.
         c_schedule, pre_c_schedule: ``"standard"`` (default for ``c``), ``"constant"`` (default for
             ``pre_c``) or a dict (see :func:`spectrakit.optim.schedules.make_schedule`; optional final decay).
@@ -97,25 +97,59 @@ class Spectra(torch.optim.Optimizer):
             unknown base/post/scale name; the message names the argument and the accepted range.
         TypeError: unknown keyword, or a non-floating/complex parameter.
 
-    State: per parameter the base's buffers (fp32 for bf16/fp16 parameters, else the parameter dtype) and ``step``; per group ``steps_taken`` (int, drives the
+    State: per parameter the base's buffers (fp32 for bf16/fp16 parameters, else the parameter dtype)
+    and ``step``; per group ``steps_taken`` (int, drives the
     clip schedules) and ``skipped_steps`` (0-d int64 tensor). ``state_dict``/``load_state_dict`` resume
     exactly (fp32 state of bf16 parameters stays fp32).
     """
 
-    def __init__(self, params, base: str = "adamw", post: str = "soft_clip", lr: float = 1e-3,
-                 weight_decay: float = 0.1, c: float = 10.0, pre_c: float | None = None, pre: str = "soft_clip",
-                 warmup_steps: int = 0, c_schedule="standard", pre_c_schedule="constant", scale="auto",
-                 post_steps: int | None = None, post_dtype: str | None = None, vector_clip: bool = False, peak_lr: float | None = None,
-                 max_batch_numel: int | None = None, **base_kwargs):
+    def __init__(
+        self,
+        params,
+        base: str = "adamw",
+        post: str = "soft_clip",
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        c: float = 10.0,
+        pre_c: float | None = None,
+        pre: str = "soft_clip",
+        warmup_steps: int = 0,
+        c_schedule="standard",
+        pre_c_schedule="constant",
+        scale="auto",
+        post_steps: int | None = None,
+        post_dtype: str | None = None,
+        vector_clip: bool = False,
+        peak_lr: float | None = None,
+        max_batch_numel: int | None = None,
+        **base_kwargs,
+    ):
         check_choice(base, "base", BASES)
         unknown = set(base_kwargs) - set(BASES[base].defaults)
         if unknown:
-            raise TypeError(f"unknown hyperparameters {sorted(unknown)} for base={base!r}; accepted: "
-                            f"{sorted(BASES[base].defaults)}")
-        defaults = dict(base=base, post=post, lr=lr, weight_decay=weight_decay, c=c, pre_c=pre_c, pre=pre,
-                        warmup_steps=warmup_steps, c_schedule=c_schedule, pre_c_schedule=pre_c_schedule,
-                        scale=scale, post_steps=post_steps, post_dtype=post_dtype, vector_clip=vector_clip, peak_lr=peak_lr,
-                        max_batch_numel=max_batch_numel, **BASES[base].defaults)
+            raise TypeError(
+                f"unknown hyperparameters {sorted(unknown)} for base={base!r}; accepted: "
+                f"{sorted(BASES[base].defaults)}"
+            )
+        defaults = dict(
+            base=base,
+            post=post,
+            lr=lr,
+            weight_decay=weight_decay,
+            c=c,
+            pre_c=pre_c,
+            pre=pre,
+            warmup_steps=warmup_steps,
+            c_schedule=c_schedule,
+            pre_c_schedule=pre_c_schedule,
+            scale=scale,
+            post_steps=post_steps,
+            post_dtype=post_dtype,
+            vector_clip=vector_clip,
+            peak_lr=peak_lr,
+            max_batch_numel=max_batch_numel,
+            **BASES[base].defaults,
+        )
         defaults.update(base_kwargs)
         super().__init__(params, defaults)
 
@@ -170,15 +204,17 @@ class Spectra(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------ state dict
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state dict; unlike ``torch.optim.Optimizer`` keeps fp32 state of low-precision params fp32."""
+        """Load a state dict; unlike ``torch.optim.Optimizer``, fp32 state of bf16/fp16 params stays fp32."""
         saved_state = state_dict["state"]
         super().load_state_dict(state_dict)
         ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
         params = chain.from_iterable(g["params"] for g in self.param_groups)
         for pid, p in zip(ids, params):
             if pid in saved_state:
-                self.state[p] = {k: (v.to(device=p.device, copy=True) if torch.is_tensor(v) else v)
-                                 for k, v in saved_state[pid].items()}
+                self.state[p] = {
+                    k: (v.to(device=p.device, copy=True) if torch.is_tensor(v) else v)
+                    for k, v in saved_state[pid].items()
+                }
         for g in self.param_groups:
             g["skipped_steps"] = g["skipped_steps"].clone()
 
@@ -188,8 +224,9 @@ class Spectra(torch.optim.Optimizer):
         by_device: dict[torch.device, list[torch.Tensor]] = {}
         for g in grads:
             by_device.setdefault(g.device, []).append(g)
-        flags = [torch.stack(torch._foreach_norm(gs, float("inf"))).isfinite().all()
-                 for gs in by_device.values()]
+        flags = [
+            torch.stack(torch._foreach_norm(gs, float("inf"))).isfinite().all() for gs in by_device.values()
+        ]
         ok = flags[0]
         for f in flags[1:]:
             ok = ok & f.to(ok.device, non_blocking=True)
@@ -226,7 +263,8 @@ class Spectra(torch.optim.Optimizer):
         """Post-transform stacked batches: one call of the transform per batch.
 
         Each batch is a dict with ``U`` (work dtype, ``(B, m, n)``), ``post`` (name), ``c`` (float threshold),
-        ``steps`` (iteration count or None) and ``dtype`` (compute dtype or None). Returns the transformed batches (same shapes). This is
+        ``steps`` (iteration count or None) and ``dtype`` (compute dtype or None). Returns the
+        transformed batches (same shapes). This is
         the step a distributed subclass overrides (split each batch by owner rank, transform the own
         slice, all-gather)."""
         out = []
@@ -248,8 +286,9 @@ class Spectra(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        grads = [p.grad for g in self.param_groups for p in g["params"]
-                 if p.grad is not None and p.numel() > 0]
+        grads = [
+            p.grad for g in self.param_groups for p in g["params"] if p.grad is not None and p.numel() > 0
+        ]
         if not grads:
             for group in self.param_groups:
                 group["steps_taken"] += 1
@@ -270,8 +309,13 @@ class Spectra(torch.optim.Optimizer):
         c_k = clip_threshold(group["c"], k, lr, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
         pre_c = group["pre_c"]
         post_dtype = None if group["post_dtype"] is None else _DTYPES[group["post_dtype"]]
-        pre_c_k = None if pre_c is None else clip_threshold(pre_c, k, lr, group["peak_lr"],
-                                                            group["warmup_steps"], group["pre_c_schedule"])
+        pre_c_k = (
+            None
+            if pre_c is None
+            else clip_threshold(
+                pre_c, k, lr, group["peak_lr"], group["warmup_steps"], group["pre_c_schedule"]
+            )
+        )
         for kind, shape, params in self._batches(group):
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
             ok_d = ok.to(device=dev, dtype=wdt, non_blocking=True)
@@ -290,6 +334,7 @@ class Spectra(torch.optim.Optimizer):
 
                 def mul_(f, views=views):
                     torch._foreach_mul_(views, list(f.unbind(0)))
+
             buf.nan_to_num_(0.0, 0.0, 0.0)  # finite work copy; the step is cancelled by ok = 0 anyway
 
             # (1) pre-transform of the raw gradient
@@ -304,7 +349,8 @@ class Spectra(torch.optim.Optimizer):
             post = group["post"]
             if kind == "matrix":
                 upd = self._post_transform_groups(
-                    [{"U": buf, "post": post, "c": c_k, "steps": group["post_steps"], "dtype": post_dtype}])[0]
+                    [{"U": buf, "post": post, "c": c_k, "steps": group["post_steps"], "dtype": post_dtype}]
+                )[0]
                 alpha = update_scale(group["scale"], post, *shape)
             else:
                 if group["vector_clip"]:

@@ -5,20 +5,21 @@ and a threshold ``c`` (float) to a batch of the same shape and dtype (``dtype``:
 iterative ones, e.g. bfloat16; ``steps``: their iteration count; None = linalg's defaults); the
 optimizer calls it once per (shape, dtype) batch. Names:
 
-=================  ================================================================  ======================
-name               singular values ``s -> ...`` (``U = P diag(s) Q^T``)             implementation
-=================  ================================================================  ======================
-``soft_clip``      ``s / sqrt(1 + s^2/c^2)`` (SPECTRA's SSC, seed 000 §5.1 Alg. 1)   ``linalg.soft_clip``
-``soft_clip_exact````s / sqrt(1 + s^2/c^2)``                                         float64 SVD (reference)
-``hard_clip``      ``min(s, c)`` (clip^sp_c of seed 000 §2, exact)                   float64 SVD
-``hardcap``        ``min(s, c)``                                                     ``linalg.spectral_hardcap``
-``orthogonalize``  ``1`` (post-orthogonalisation ablation, §F.3 Table F.8)           ``linalg.orthogonalize``
-``newton_schulz5`` ``≈1`` in [0.7, 1.2] (Muon's quintic, 5 steps, Jordan et al. 2024) ``linalg.msign(schedule="muon")``
-``global_clip``    ``s * min(1, c / ||U||_F)`` (global clipping clip^g_c, seed 000 §2)  tensor arithmetic
-``none``           ``s``                                                             identity
-=================  ================================================================  ======================
+- ``soft_clip``: ``s -> s / sqrt(1 + s^2/c^2)`` (SPECTRA's SSC, seed 000 §5.1), ``linalg.soft_clip``;
+- ``soft_clip_ns``: the same map by the paper's Alg. 1 + 3 (``linalg.soft_clip(method="newton_schulz")``,
+  10 coupled Newton-Schulz steps on the Gram matrix: fewer FLOPs for very wide matrices, but the small
+  singular values are under-amplified when ``sigma_max/c >~ 100``);
+- ``soft_clip_exact``: the same map by a float64 SVD (reference);
+- ``hard_clip``: ``s -> min(s, c)`` (``clip^sp_c`` of seed 000 §2) by a float64 SVD;
+- ``hardcap``: ``s -> min(s, c)`` by ``linalg.spectral_hardcap``;
+- ``orthogonalize``: ``s -> 1`` (post-orthogonalisation ablation, §F.3 Table F.8), ``linalg.orthogonalize``;
+- ``newton_schulz5``: ``s -> ~1`` in [0.7, 1.2] (Muon's quintic x 5 steps, Jordan et al. 2024),
+  ``linalg.msign(schedule="muon")``;
+- ``global_clip``: ``U -> U min(1, c / ||U||_F)`` (global clipping ``clip^g_c``, seed 000 §2);
+- ``none``: identity.
 
-``spectrakit.linalg`` is imported lazily, so the exact variants work without it.
+(``U = P diag(s) Q^T``; the singular vectors are kept.) ``spectrakit.linalg`` is imported lazily,
+so the exact variants work without it.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ def _soft_clip(U, c, steps=None, dtype=None):
         return _linalg().soft_clip(U, c, steps=steps, dtype=dtype)
 
 
+def _soft_clip_ns(U, c, steps=None, dtype=None):
+    with no_value_checks():
+        return _linalg().soft_clip(U, c, method="newton_schulz", steps=steps, dtype=dtype)
+
+
 def _hardcap(U, c, steps=None, dtype=None):
     with no_value_checks():
         return _linalg().spectral_hardcap(U, c, steps=steps, dtype=dtype)
@@ -81,6 +87,7 @@ def _newton_schulz5(U, c, steps=None, dtype=None):
 
 POST_TRANSFORMS: dict[str, Callable | None] = {
     "soft_clip": _soft_clip,
+    "soft_clip_ns": _soft_clip_ns,
     "soft_clip_exact": soft_clip_exact,
     "hard_clip": hard_clip_exact,
     "hardcap": _hardcap,
@@ -90,9 +97,8 @@ POST_TRANSFORMS: dict[str, Callable | None] = {
     "none": None,
 }
 # transforms that use the threshold c (the others ignore it)
-USES_C = ("soft_clip", "soft_clip_exact", "hard_clip", "hardcap", "global_clip")
 # pre-transforms of the raw gradient (seed 000 Alg. 2 line 5)
-PRE_TRANSFORMS = ("soft_clip", "soft_clip_exact", "hard_clip")
+PRE_TRANSFORMS = ("soft_clip", "soft_clip_ns", "soft_clip_exact", "hard_clip")
 
 SCALES = ("auto", "spectra", "muon", "moonlight", "none")
 

@@ -43,13 +43,27 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
             return model
 
 
-def save_checkpoint(path: str, *, model, optimizer, scheduler=None, step: int, data_state: dict | None = None,
-                    extra: dict | None = None) -> None:
+def save_checkpoint(
+    path: str,
+    *,
+    model,
+    optimizer,
+    scheduler=None,
+    step: int,
+    data_state: dict | None = None,
+    extra: dict | None = None,
+) -> None:
     """Write a checkpoint atomically (temporary file + rename) to ``path``."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    state = {"step": step, "model": unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
-             "scheduler": scheduler.state_dict() if scheduler is not None else None,
-             "data": data_state, "rng": rng_state(), "extra": extra or {}}
+    state = {
+        "step": step,
+        "model": unwrap(model).state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "data": data_state,
+        "rng": rng_state(),
+        "extra": extra or {},
+    }
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save(state, tmp)
     os.replace(tmp, path)

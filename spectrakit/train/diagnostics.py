@@ -33,12 +33,14 @@ from spectrakit.train.logs import RunLogger
 
 
 def matrix_view(p: torch.Tensor) -> torch.Tensor:
-    """``p`` as a matrix ``(out, prod(rest))`` (conv kernels flattened), in float32."""
-    return p.detach().reshape(p.shape[0], -1).float()
+    """``p`` as a matrix ``(out, prod(rest))`` (conv kernels flattened), in at least float32."""
+    m = p.detach().reshape(p.shape[0], -1)
+    return m.double() if m.dtype == torch.float64 else m.float()
 
 
 def batched_spectral_norms(mats: list[torch.Tensor]) -> list[float]:
-    """Exact ``||M||_2`` of each matrix; same-shaped matrices go through one batched call; one host transfer."""
+    """Exact ``||M||_2`` of each matrix; same-shaped matrices go through one batched call; one host
+    transfer."""
     by_shape: dict[tuple, list[int]] = defaultdict(list)
     for i, m in enumerate(mats):
         by_shape[tuple(m.shape)].append(i)
@@ -80,8 +82,11 @@ def _matrix_params(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter
 
 
 def _lr_wd(optimizer: torch.optim.Optimizer) -> dict[int, tuple[float, float]]:
-    return {id(p): (float(g["lr"]), float(g.get("weight_decay", 0.0))) for g in optimizer.param_groups
-            for p in g["params"]}
+    return {
+        id(p): (float(g["lr"]), float(g.get("weight_decay", 0.0)))
+        for g in optimizer.param_groups
+        for p in g["params"]
+    }
 
 
 class SpectralDiagnostics:
@@ -130,7 +135,9 @@ class SpectralDiagnostics:
         if ctx.step in self.spectra_steps:
             for name, p in params:
                 if p.grad is not None:
-                    self._save_spectrum(ctx.step, name, "grad", torch.linalg.svdvals(matrix_view(p.grad)).cpu())
+                    self._save_spectrum(
+                        ctx.step, name, "grad", torch.linalg.svdvals(matrix_view(p.grad)).cpu()
+                    )
 
     def after_step(self, ctx) -> None:
         params = _matrix_params(ctx.model)
@@ -138,33 +145,48 @@ class SpectralDiagnostics:
         weights, updates = [], []
         for _, p in params:
             lr, wd = lr_wd.get(id(p), (1.0, 0.0))
-            before = self._before[id(p)].float()
+            before = matrix_view(self._before[id(p)])
             weights.append(matrix_view(p))
-            updates.append(((1 - lr * wd) * before.reshape(p.shape[0], -1) - weights[-1]) / lr)
+            updates.append(((1 - lr * wd) * before - weights[-1]) / lr)
         w_sn, u_sn = batched_spectral_norms(weights), batched_spectral_norms(updates)
         fro = torch.stack([torch.linalg.matrix_norm(w) for w in weights]).tolist()
         linf = torch.stack([w.abs().max() for w in weights]).tolist()
         step = ctx.step
-        self.logger.log({"step": step, "agg_linf": max(linf),
-                         "agg_fro": sum(f * f for f in fro) ** 0.5, "max_weight_sn": max(w_sn),
-                         "max_update_sn": max(u_sn)})
+        self.logger.log(
+            {
+                "step": step,
+                "agg_linf": max(linf),
+                "agg_fro": sum(f * f for f in fro) ** 0.5,
+                "max_weight_sn": max(w_sn),
+                "max_update_sn": max(u_sn),
+            }
+        )
         for (name, _), ws, us, f, li in zip(params, w_sn, u_sn, fro, linf):
-            self.layer_logger.log({"step": step, "layer": name, "weight_sn": ws, "update_sn": us, "weight_fro": f,
-                             "weight_linf": li})
+            self.layer_logger.log(
+                {
+                    "step": step,
+                    "layer": name,
+                    "weight_sn": ws,
+                    "update_sn": us,
+                    "weight_fro": f,
+                    "weight_linf": li,
+                }
+            )
         if step in self.spectra_steps:
             for (name, _), u in zip(params, updates):
                 self._save_spectrum(step, name, "update", torch.linalg.svdvals(u).cpu())
         self._before = {}
 
 
-def noise_structure(model: torch.nn.Module, signal_batches, sample_batches, *, names=None, r: int = 5,
-                    autocast=None) -> list[dict]:
+def noise_structure(
+    model: torch.nn.Module, signal_batches, sample_batches, *, names=None, r: int = 5, autocast=None
+) -> list[dict]:
     """Noise-structure analysis of seed 000 §F.2.2 for the matrix parameters ``names`` (default: all).
 
     Args:
         model: an (unwrapped) LM returning ``(logits, loss)`` from ``model(x, y)``.
-        signal_batches: iterable of ``(x, y)`` micro-batches (on the model's device) whose mean gradient is the signal ``G``
-            (the paper uses 4096 sequences).
+        signal_batches: iterable of ``(x, y)`` micro-batches (on the model's device) whose mean gradient
+            is the signal ``G`` (the paper uses 4096 sequences).
         sample_batches: iterable of ``(x, y)``; each gives one stochastic gradient ``g`` (paper: single
             sequences, 50 of them) and the noise ``N = g - G``.
         r: number of top singular values/vectors, >= 1 (paper: 5).
@@ -178,14 +200,14 @@ def noise_structure(model: torch.nn.Module, signal_batches, sample_batches, *, n
     params = [(n, p) for n, p in _matrix_params(model) if names is None or n in names]
 
     def grads(batches) -> tuple[list[torch.Tensor], int]:
-        acc, count = [torch.zeros_like(p, dtype=torch.float32) for _, p in params], 0
+        acc, count = [torch.zeros_like(matrix_view(p)) for _, p in params], 0
         for x, y in batches:
             model.zero_grad(set_to_none=True)
-            with (autocast() if autocast else torch.enable_grad()):
+            with autocast() if autocast else torch.enable_grad():
                 _, loss = model(x, y)
             loss.backward()
             for a, (_, p) in zip(acc, params):
-                a += p.grad.float()
+                a += matrix_view(p.grad)
             count += 1
         model.zero_grad(set_to_none=True)
         return acc, count
@@ -193,7 +215,7 @@ def noise_structure(model: torch.nn.Module, signal_batches, sample_batches, *, n
     acc, count = grads(signal_batches)
     if count == 0:
         raise ValueError("signal_batches must yield at least one batch")
-    signal = [(a / count).reshape(a.shape[0], -1).double() for a in acc]
+    signal = [(a / count).double() for a in acc]
     tops = []
     for G in signal:
         U, S, Vh = torch.linalg.svd(G, full_matrices=False)
@@ -203,14 +225,27 @@ def noise_structure(model: torch.nn.Module, signal_batches, sample_batches, *, n
     for i, batch in enumerate(sample_batches):
         g, _ = grads([batch])
         for (name, _), gi, G, (UG, VG, sG) in zip(params, g, signal, tops):
-            N = gi.reshape(gi.shape[0], -1).double() - G
+            N = gi.double() - G
             U, S, Vh = torch.linalg.svd(N, full_matrices=False)
             k = UG.shape[1]
             UN, VN = U[:, :k], Vh[:k].T
-            d_spec = torch.maximum(subspace_distance(UN, UG, "spectral"), subspace_distance(VN, VG, "spectral"))
-            d_chord = torch.maximum(subspace_distance(UN, UG, "chordal"), subspace_distance(VN, VG, "chordal"))
-            rows.append({"sample": i, "layer": name, "signal_sn": float(sG), "noise_sv": S[:k].tolist(),
-                         "ratio": float(S[0] / sG), "d_spec": float(d_spec), "d_chord": float(d_chord)})
+            d_spec = torch.maximum(
+                subspace_distance(UN, UG, "spectral"), subspace_distance(VN, VG, "spectral")
+            )
+            d_chord = torch.maximum(
+                subspace_distance(UN, UG, "chordal"), subspace_distance(VN, VG, "chordal")
+            )
+            rows.append(
+                {
+                    "sample": i,
+                    "layer": name,
+                    "signal_sn": float(sG),
+                    "noise_sv": S[:k].tolist(),
+                    "ratio": float(S[0] / sG),
+                    "d_spec": float(d_spec),
+                    "d_chord": float(d_chord),
+                }
+            )
     return rows
 
 

@@ -107,8 +107,16 @@ def autocast_context(device: torch.device, mode: str = "auto"):
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, tokens: np.ndarray, *, seq_len: int, batch_size: int = 16,
-             max_tokens: int | None = None, device: torch.device | str = "cpu", autocast: str = "auto") -> float:
+def evaluate(
+    model: torch.nn.Module,
+    tokens: np.ndarray,
+    *,
+    seq_len: int,
+    batch_size: int = 16,
+    max_tokens: int | None = None,
+    device: torch.device | str = "cpu",
+    autocast: str = "auto",
+) -> float:
     """Mean next-token cross entropy (nats) over consecutive validation windows (see
     :func:`spectrakit.data.batches.eval_batches`); restores the model's train/eval mode."""
     device = torch.device(device)
@@ -141,9 +149,18 @@ def _call(callbacks, hook: str, ctx: StepContext, device: torch.device) -> float
     return time.perf_counter() - t
 
 
-def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, data: TokenBatches,
-          val_tokens: np.ndarray, cfg: TrainConfig, *, callbacks=(), dist_info: DistInfo | None = None,
-          desc: str = "train") -> TrainResult:
+def train(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    data: TokenBatches,
+    val_tokens: np.ndarray,
+    cfg: TrainConfig,
+    *,
+    callbacks=(),
+    dist_info: DistInfo | None = None,
+    desc: str = "train",
+) -> TrainResult:
     """Train ``model`` (already on its device and wrapped for DDP if wanted) for ``cfg.steps`` steps.
 
     ``data`` yields the training micro-batches (its ``position`` is checkpointed), ``val_tokens`` is the
@@ -158,8 +175,9 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, d
     params = [p for p in core.parameters() if p.requires_grad]
     start = 0
     if cfg.resume:
-        state = load_checkpoint(cfg.resume, model=core, optimizer=optimizer, scheduler=scheduler,
-                                map_location=device)
+        state = load_checkpoint(
+            cfg.resume, model=core, optimizer=optimizer, scheduler=scheduler, map_location=device
+        )
         data.load_state_dict(state["data"])
         start = int(state["step"])
     fwd = torch.compile(model) if cfg.compile else model
@@ -175,8 +193,15 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, d
     seq_len = data.seq_len
 
     def run_eval(step: int) -> float:
-        val = evaluate(fwd, val_tokens, seq_len=seq_len, batch_size=cfg.eval_batch_size,
-                       max_tokens=cfg.eval_tokens, device=device, autocast=cfg.autocast)
+        val = evaluate(
+            fwd,
+            val_tokens,
+            seq_len=seq_len,
+            batch_size=cfg.eval_batch_size,
+            max_tokens=cfg.eval_tokens,
+            device=device,
+            autocast=cfg.autocast,
+        )
         evals.append({"step": step, "val_loss": val})
         logger.log({"step": step, "val_loss": val, "val_ppl": math.exp(min(val, 50.0))})
         return val
@@ -192,8 +217,11 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, d
         for micro in range(cfg.grad_accum):
             x, y = data.next()
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            sync_ctx = (model.no_sync() if info.enabled and micro < cfg.grad_accum - 1
-                        and hasattr(model, "no_sync") else contextlib.nullcontext())
+            sync_ctx = (
+                model.no_sync()
+                if info.enabled and micro < cfg.grad_accum - 1 and hasattr(model, "no_sync")
+                else contextlib.nullcontext()
+            )
             with sync_ctx:
                 with autocast_context(device, cfg.autocast):
                     _, loss = fwd(x, y)
@@ -204,8 +232,9 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, d
         if cfg.grad_clip is not None:
             window_gnorm += torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip, foreach=True)
         else:
-            window_gnorm += torch.linalg.vector_norm(torch.stack(
-                [torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None]))
+            window_gnorm += torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None])
+            )
         optimizer.step()
         t0 += _call(callbacks, "after_step", ctx, device)
         if scheduler is not None:
@@ -220,9 +249,17 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, d
             loss_v = float(all_reduce_mean(window_loss, info)) / window_steps
             ms = 1e3 * elapsed / window_steps
             windows_ms.append((ms, window_steps))
-            logger.log({"step": step, "tokens": step * tokens_per_step, "loss": loss_v,
-                        "grad_norm": float(window_gnorm) / window_steps, "lr": optimizer.param_groups[0]["lr"],
-                        "step_ms": ms, "tok_s": tokens_per_step / (ms / 1e3)})
+            logger.log(
+                {
+                    "step": step,
+                    "tokens": step * tokens_per_step,
+                    "loss": loss_v,
+                    "grad_norm": float(window_gnorm) / window_steps,
+                    "lr": optimizer.param_groups[0]["lr"],
+                    "step_ms": ms,
+                    "tok_s": tokens_per_step / (ms / 1e3),
+                }
+            )
             if bar is not None:
                 bar.update(window_steps)
                 bar.set_postfix(loss=f"{loss_v:.3f}", tok_s=f"{tokens_per_step / (ms / 1e3):,.0f}")
@@ -235,16 +272,34 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, d
             if step % cfg.eval_every == 0 and step < cfg.steps:
                 run_eval(step)
             if cfg.out_dir and main and cfg.ckpt_every and step % cfg.ckpt_every == 0:
-                save_checkpoint(os.path.join(cfg.out_dir, "checkpoint.pt"), model=core, optimizer=optimizer,
-                                scheduler=scheduler, step=step, data_state=data.state_dict())
+                save_checkpoint(
+                    os.path.join(cfg.out_dir, "checkpoint.pt"),
+                    model=core,
+                    optimizer=optimizer,
+                    scheduler=scheduler,
+                    step=step,
+                    data_state=data.state_dict(),
+                )
             t0 = time.perf_counter()
     if bar is not None:
         bar.close()
     final = float("nan") if diverged else run_eval(step)
     if cfg.out_dir and main and not diverged:
-        save_checkpoint(os.path.join(cfg.out_dir, "checkpoint.pt"), model=core, optimizer=optimizer,
-                        scheduler=scheduler, step=step, data_state=data.state_dict())
+        save_checkpoint(
+            os.path.join(cfg.out_dir, "checkpoint.pt"),
+            model=core,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            step=step,
+            data_state=data.state_dict(),
+        )
     timed = windows_ms[1:] if len(windows_ms) > 1 else windows_ms
     step_ms = sum(ms * n for ms, n in timed) / max(1, sum(n for _, n in timed))
-    return TrainResult(logs=[r for r in logger.rows if "loss" in r], evals=evals, final_val_loss=final,
-                       step_ms=step_ms, diverged=diverged, steps_done=step)
+    return TrainResult(
+        logs=[r for r in logger.rows if "loss" in r],
+        evals=evals,
+        final_val_loss=final,
+        step_ms=step_ms,
+        diverged=diverged,
+        steps_done=step,
+    )

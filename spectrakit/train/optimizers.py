@@ -28,8 +28,10 @@ from spectrakit._checks import check_choice, check_scalar
 @dataclasses.dataclass(frozen=True)
 class OptimizerSpec:
     """``cls`` is ``"module:Class"``; ``kwargs`` the reference hyper-parameters; ``lr`` the default peak LR
-    for the small presets (tuned on the CPU ``tiny`` preset, see docs/RESULTS.md); ``spectra`` says whether
-    the post soft clip threshold ``c`` applies; ``base`` names the optimizer it modifies."""
+    (a starting point in the range of the paper's sweeps, raised for small models; NOT tuned per optimizer:
+    sweep with ``--lr``); ``spectra`` says whether the post soft clip threshold ``c`` applies; ``base``
+    names the optimizer it modifies; ``aux_adamw_lr`` (Muon family) the LR of the AdamW group for
+    embeddings/head/1-D parameters (0: same as ``lr``)."""
 
     cls: str
     kwargs: dict
@@ -66,7 +68,9 @@ def resolve_class(name: str) -> type:
     mod_name, cls_name = OPTIMIZERS[name].cls.split(":")
     cls = getattr(importlib.import_module(mod_name), cls_name, None)
     if cls is None:
-        raise ImportError(f"optimizer {name!r} needs {mod_name}.{cls_name}, which this install does not provide")
+        raise ImportError(
+            f"optimizer {name!r} needs {mod_name}.{cls_name}, which this install does not provide"
+        )
     return cls
 
 
@@ -81,23 +85,37 @@ def param_groups(model: nn.Module, weight_decay: float, *, split_embeddings: boo
     """Parameter groups: matrices (``ndim >= 2``, weight decay ``weight_decay``) and 1-D parameters (no
     decay); with ``split_embeddings`` the embedding/head matrices (:func:`is_embedding_like`) form a third
     group (``"kind": "embedding"``). Tied parameters appear once. Each group carries ``kind``
-    (``"matrix"``, ``"embedding"``, ``"vector"``) and ``names`` (parameter names); empty groups are dropped."""
+    (``"matrix"``, ``"embedding"``, ``"vector"``) and ``names`` (parameter names); empty groups are
+    dropped."""
     seen, buckets = set(), {"matrix": ([], []), "embedding": ([], []), "vector": ([], [])}
     for name, p in model.named_parameters():
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        kind = "vector" if p.ndim < 2 else (
-            "embedding" if split_embeddings and is_embedding_like(name, p, model) else "matrix")
+        kind = (
+            "vector"
+            if p.ndim < 2
+            else ("embedding" if split_embeddings and is_embedding_like(name, p, model) else "matrix")
+        )
         buckets[kind][0].append(p)
         buckets[kind][1].append(name)
-    groups = [{"params": ps, "names": ns, "kind": k, "weight_decay": 0.0 if k == "vector" else weight_decay}
-              for k, (ps, ns) in buckets.items()]
+    groups = [
+        {"params": ps, "names": ns, "kind": k, "weight_decay": 0.0 if k == "vector" else weight_decay}
+        for k, (ps, ns) in buckets.items()
+    ]
     return [g for g in groups if g["params"]]
 
 
-def build_optimizer(name: str, model: nn.Module, *, lr: float | None = None, weight_decay: float = 0.1,
-                    c: float = 10.0, warmup_steps: int = 0, **overrides) -> torch.optim.Optimizer:
+def build_optimizer(
+    name: str,
+    model: nn.Module,
+    *,
+    lr: float | None = None,
+    weight_decay: float = 0.1,
+    c: float = 10.0,
+    warmup_steps: int = 0,
+    **overrides,
+) -> torch.optim.Optimizer:
     """Optimizer ``name`` (a key of :data:`OPTIMIZERS`) over :func:`param_groups` of ``model``.
 
     Args:
@@ -118,7 +136,13 @@ def build_optimizer(name: str, model: nn.Module, *, lr: float | None = None, wei
     check_scalar(weight_decay, "weight_decay", low=0, allow_tensor=False)
     check_scalar(c, "c", low=0, low_inclusive=False, allow_tensor=False)
     cls = resolve_class(name)
-    kwargs = {**spec.kwargs, "lr": lr, "weight_decay": weight_decay, "warmup_steps": warmup_steps, **overrides}
+    kwargs = {
+        **spec.kwargs,
+        "lr": lr,
+        "weight_decay": weight_decay,
+        "warmup_steps": warmup_steps,
+        **overrides,
+    }
     if spec.spectra:
         kwargs["c"] = c
     accepted = inspect.signature(cls.__init__).parameters

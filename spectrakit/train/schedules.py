@@ -7,7 +7,7 @@ Both are multiplicative factors ``f(k)`` of the peak LR at step ``k`` (0-based),
 - ``wsd``: ``f(k) = 1`` until ``decay_start = total - round(decay_frac * total)``, then the square-root decay
   ``f(k) = final + (1 - final) * (1 - sqrt((k - decay_start) / (total - decay_start)))`` (Hägele et al. 2024;
   the paper decays to zero from 80% of training, i.e. ``decay_frac = 0.2``, ``final = 0``).
-- ``cosine``: ``f(k) = final + (1 - final) * (1 + cos(pi * t)) / 2`` with ``t = (k - warmup)/(total - warmup)``.
+- ``cosine``: ``f(k) = final + (1 - final) * (1 + cos(pi * t)) / 2``, ``t = (k - warmup)/(total - warmup)``.
 - ``constant``: 1 after warm-up.
 """
 
@@ -23,8 +23,9 @@ from spectrakit._checks import check_choice, check_int, check_scalar
 SCHEDULES = ("wsd", "cosine", "constant")
 
 
-def lr_factor(step: int, *, total: int, warmup: int = 0, kind: str = "wsd", decay_frac: float = 0.2,
-              final: float = 0.0) -> float:
+def lr_factor(
+    step: int, *, total: int, warmup: int = 0, kind: str = "wsd", decay_frac: float = 0.2, final: float = 0.0
+) -> float:
     """The factor ``f(step)`` defined in the module docstring (a Python float; steps past ``total`` are
     clamped to the last step).
 
@@ -58,9 +59,19 @@ def lr_factor(step: int, *, total: int, warmup: int = 0, kind: str = "wsd", deca
     return final + (1 - final) * (1 - math.sqrt(t))
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, *, total: int, warmup: int = 0, kind: str = "wsd",
-                   decay_frac: float = 0.2, final: float = 0.0) -> torch.optim.lr_scheduler.LambdaLR:
-    """``LambdaLR(optimizer, lr_factor(., total=..., ...))``; arguments as in :func:`lr_factor` (checked here)."""
+def make_scheduler(
+    optimizer: torch.optim.Optimizer,
+    *,
+    total: int,
+    warmup: int = 0,
+    kind: str = "wsd",
+    decay_frac: float = 0.2,
+    final: float = 0.0,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """``LambdaLR(optimizer, lr_factor(., total=..., ...))``; arguments as in :func:`lr_factor` (checked
+    here)."""
     lr_factor(0, total=total, warmup=warmup, kind=kind, decay_frac=decay_frac, final=final)
-    fn = functools.partial(lr_factor, total=total, warmup=warmup, kind=kind, decay_frac=decay_frac, final=final)
+    fn = functools.partial(
+        lr_factor, total=total, warmup=warmup, kind=kind, decay_frac=decay_frac, final=final
+    )
     return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)

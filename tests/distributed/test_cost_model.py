@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from spectrakit.distributed.assign import plan_sequential, spectral_flops
+from spectrakit.distributed.assign import plan_batches, spectral_flops
 from spectrakit.distributed.cost_model import (
     LLAMA_CONFIGS,
     engine_bytes,
@@ -35,7 +35,7 @@ def _replay_fsdp2_sent(shapes, W, elem_bytes=4):
     for s in shapes:
         order[tuple(s)] = order.get(tuple(s), 0) + 1
     batches = [(k, s) for s, k in order.items()]
-    owners = plan_sequential(batches, W)
+    owners = plan_batches(batches, W)
     sent = [0] * W
     for (_, s), ob in zip(batches, owners):
         chunks = [c.numel() for c in torch.chunk(torch.empty(s), W, dim=0)]
@@ -74,9 +74,8 @@ def test_ddp_bytes_patterns(shapes, W):
     auto = exchange_bytes(shapes, W, "ddp")
     assert bc["sent"] == [total] * W
     assert ag["max_sent"] >= ag["ideal"] - 1e-6       # padding never beats the ideal all-gather
-    assert auto["max_sent"] <= min(ag["max_sent"], 1.25 * bc["max_sent"]) + 1e-6 or \
-        auto["max_sent"] <= ag["max_sent"]
-    assert auto["max_sent"] <= max(ag["max_sent"], bc["max_sent"])
+    # per batch "auto" takes the all-gather only while it costs <= 1.25x the broadcasts
+    assert auto["max_sent"] <= min(ag["max_sent"], 1.25 * bc["max_sent"]) + 1e-6
 
 
 def test_ddp_all_gather_by_hand():
@@ -127,7 +126,7 @@ def test_engine_bytes():
 @pytest.mark.parametrize("call, exc, match", [
     (lambda: exchange_bytes([(4, 4)], 2, "tp"), ValueError, "mode must be one of"),
     (lambda: exchange_bytes([(4, 4)], 0), ValueError, "world_size must be an int in \\[1"),
-    (lambda: exchange_bytes([(4, 4)], 2, elem_bytes=0), ValueError, "elem_bytes must be an int in \\[1, 16\\]"),
+    (lambda: exchange_bytes([(4, 4)], 2, elem_bytes=0), ValueError, "elem_bytes must be an int in"),
     (lambda: exchange_bytes([(4, 4)], 2, "fsdp2", shard_dim=2), ValueError, "shard_dim must be < 2"),
     (lambda: exchange_bytes([(4, 4)], 2, replicated_exchange="x"), ValueError, "replicated_exchange must be"),
     (lambda: simulate("llama-70b"), ValueError, "config must be one of"),

@@ -16,7 +16,7 @@ from spectrakit.distributed import DistributedSpectra, sharded
 pytestmark = pytest.mark.distributed
 
 NAMES = ["AdamW", "SpectraAdamW", "SpectraSignum", "Muon"]
-N_MATRICES = 5  # conv, fc1, fc2, fc3, out
+N_MATRICES = 6  # conv, fc1, fc2, fc3, fc4, out
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +95,13 @@ def test_unsupported_layouts_and_options_raise(optim_results, key, expected):
     assert msg is not None and expected in msg, msg
 
 
+def test_wrap_model_modes(optim_results):
+    err = optim_results[0]["errors"]
+    assert err["fsdp2_wrap"] == [("DTensor", "(Shard(dim=0),)")]
+    assert err["ddp_wrap"] == "DistributedDataParallel"
+    assert "mode must be one of" in err["bad_mode"]
+
+
 def test_dtensor_layout_classification(optim_results):
     err = optim_results[0]["errors"]
     assert err["replicate_kind"] == "replicated"
@@ -132,3 +139,19 @@ def test_sharded_class_factory():
         cls([p], replicated_exchange="nope")
     with pytest.raises(TypeError, match="subclass of spectrakit.optim.Spectra"):
         sharded(int)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", NAMES)
+def test_world_size_one_cuda_bitwise(workers, name):
+    a, b = workers.make_model().cuda(), workers.make_model().cuda()
+    opt_a = getattr(O, name)(a.parameters(), **workers.OPT_KW[name])
+    opt_b = sharded(getattr(O, name))(b.parameters(), **workers.OPT_KW[name])
+    for s in range(3):
+        x, y = workers.batch(s)
+        for model, opt in ((a, opt_a), (b, opt_b)):
+            opt.zero_grad()
+            workers.loss_fn(model, x.cuda(), y.cuda()).backward()
+            opt.step()
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), n

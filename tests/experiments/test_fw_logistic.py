@@ -36,8 +36,14 @@ def test_gradient_and_projection_oracles():
 def rows():
     n = torch.get_num_threads()
     torch.set_num_threads(1)
-    out = fw.run(bs=(0.0, 0.1, 1.0), D2s=(0.2, 1.0, 5.0), steps=150, ref_iters=1500, stochastic_D2=1.0,
-                 stochastic_batch=20)
+    out = fw.run(
+        bs=(0.0, 0.1, 1.0),
+        D2s=(0.2, 1.0, 5.0),
+        steps=150,
+        ref_iters=1500,
+        stochastic_D2=1.0,
+        stochastic_batch=20,
+    )
     torch.set_num_threads(n)
     return out
 
@@ -64,8 +70,19 @@ def test_stochastic_variant_decreases(rows):
 
 
 def test_cli_main_writes_table_and_plots(tmp_path):
-    args = argparse.Namespace(d=4, n=20, n_test=20, noise=1.0, bs=[0.0, 1.0], D2s=[1.0], steps=20, batch=5,
-                              ref_iters=50, seed=0, out=str(tmp_path))
+    args = argparse.Namespace(
+        d=4,
+        n=20,
+        n_test=20,
+        noise=1.0,
+        bs=[0.0, 1.0],
+        D2s=[1.0],
+        steps=20,
+        batch=5,
+        ref_iters=50,
+        seed=0,
+        out=str(tmp_path),
+    )
     assert fw.main(args) == 0
     data = json.load(open(tmp_path / "results.json"))
     assert len(data["rows"]) == 4 and all(os.path.exists(p) for p in data["plots"])

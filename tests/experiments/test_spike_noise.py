@@ -33,8 +33,15 @@ def test_stiefel_and_gradient_bound():
 
 @pytest.mark.parametrize("rank", [1, 2])
 def test_spectral_clipping_beats_sgd_and_global_clipping(rank):
-    rows = sn.run(d=20, n=40, noises=(10.0, 100.0, 1000.0), rank=rank, steps=100, lrs=(0.1, 0.3, 1.0),
-                  methods=("sgd", "sgd+global_clip", "sgd+spectral_clip"))
+    rows = sn.run(
+        d=20,
+        n=40,
+        noises=(10.0, 100.0, 1000.0),
+        rank=rank,
+        steps=100,
+        lrs=(0.1, 0.3, 1.0),
+        methods=("sgd", "sgd+global_clip", "sgd+spectral_clip"),
+    )
     shared = {(r["noise"], r["method"]): r["final_loss"] for r in rows if r["protocol"] == "shared"}
     for noise in (100.0, 1000.0):
         spec = shared[(noise, "sgd+spectral_clip")]
@@ -44,8 +51,17 @@ def test_spectral_clipping_beats_sgd_and_global_clipping(rank):
 
 
 def test_pre_clip_protects_momentum(tmp_path):
-    args = argparse.Namespace(d=12, n=30, noises=[300.0], rank=1, steps=60, lrs=[0.3, 1.0],
-                              methods=["sgd", "sgdm", "sgdm+pre_clip"], seed=0, out=str(tmp_path))
+    args = argparse.Namespace(
+        d=12,
+        n=30,
+        noises=[300.0],
+        rank=1,
+        steps=60,
+        lrs=[0.3, 1.0],
+        methods=["sgd", "sgdm", "sgdm+pre_clip"],
+        seed=0,
+        out=str(tmp_path),
+    )
     assert sn.main(args) == 0
     data = json.load(open(tmp_path / "results.json"))
     shared = {r["method"]: r["final_loss"] for r in data["rows"] if r["protocol"] == "shared"}

@@ -16,7 +16,8 @@ def _spectra(n):
         + 1e-4 * torch.randn(n, generator=g, dtype=torch.float64),
         "repeated_zero": torch.cat([torch.zeros(n // 3), torch.full((n // 3,), 2.0),
                                     torch.full((n - 2 * (n // 3),), -0.5)]).double(),
-        "wide_range": torch.logspace(-4, 2, n, dtype=torch.float64) * torch.where(torch.arange(n) % 2 == 0, 1, -1),
+        "wide_range": torch.logspace(-4, 2, n, dtype=torch.float64)
+        * torch.where(torch.arange(n) % 2 == 0, 1, -1),
     }
 
 

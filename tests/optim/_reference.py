@@ -34,7 +34,7 @@ class AdamWRef(Ref):
         b1, b2 = self.hp["betas"]
         m = self.s["m"] = b1 * self.buf("m") + (1 - b1) * g
         v = self.s["v"] = b2 * self.buf("v") + (1 - b2) * g * g
-        mhat, vhat = m / (1 - b1 ** self.t), v / (1 - b2 ** self.t)
+        mhat, vhat = m / (1 - b1**self.t), v / (1 - b2**self.t)
         return mhat / (vhat.sqrt() + self.hp["eps"])
 
 
@@ -80,7 +80,7 @@ class AdEMAMixRef(Ref):
         m1 = self.s["m1"] = b1 * self.buf("m1") + (1 - b1) * g
         m2 = self.s["m2"] = b3_t * self.buf("m2") + (1 - b3_t) * g
         v = self.s["v"] = b2 * self.buf("v") + (1 - b2) * g * g
-        return (m1 / (1 - b1 ** t) + alpha_t * m2) / ((v / (1 - b2 ** t)).sqrt() + self.hp["eps"])
+        return (m1 / (1 - b1**t) + alpha_t * m2) / ((v / (1 - b2**t)).sqrt() + self.hp["eps"])
 
 
 class MARSRef(Ref):
@@ -96,11 +96,17 @@ class MARSRef(Ref):
             c = c / n
         m = self.s["m"] = b1 * self.buf("m") + (1 - b1) * c
         v = self.s["v"] = b2 * self.buf("v") + (1 - b2) * c * c
-        return (m / (1 - b1 ** self.t)) / ((v / (1 - b2 ** self.t)).sqrt() + self.hp["eps"])
+        return (m / (1 - b1**self.t)) / ((v / (1 - b2**self.t)).sqrt() + self.hp["eps"])
 
 
-REFERENCES = {"adamw": AdamWRef, "signum": SignumRef, "sgd": SGDRef, "lion": LionRef, "ademamix": AdEMAMixRef,
-              "mars": MARSRef}
+REFERENCES = {
+    "adamw": AdamWRef,
+    "signum": SignumRef,
+    "sgd": SGDRef,
+    "lion": LionRef,
+    "ademamix": AdEMAMixRef,
+    "mars": MARSRef,
+}
 
 
 def newton_schulz5(G: torch.Tensor, steps: int = 5) -> torch.Tensor:

@@ -29,11 +29,14 @@ def _linalg_ns5(dtype):
     return lambda U: L.msign(U.float(), schedule="muon", dtype=dtype).double()
 
 
-@pytest.mark.parametrize("post,post_dtype,ns,tol", [
-    ("newton_schulz5", "float32", _linalg_ns5(torch.float32), 1e-4),
-    ("newton_schulz5", "bfloat16", _linalg_ns5(torch.bfloat16), 3e-2),
-    ("orthogonalize", "float32", polar_exact, 1e-2),
-])
+@pytest.mark.parametrize(
+    "post,post_dtype,ns,tol",
+    [
+        ("newton_schulz5", "float32", _linalg_ns5(torch.float32), 1e-4),
+        ("newton_schulz5", "bfloat16", _linalg_ns5(torch.bfloat16), 3e-2),
+        ("orthogonalize", "float32", polar_exact, 1e-2),
+    ],
+)
 @pytest.mark.parametrize("wd", [0.0, 0.1])
 def test_muon_matches_published_update(post, post_dtype, ns, tol, wd):
     """Each step's update equals Muon's published rule (Nesterov EMA momentum, Keller's scale and decay)

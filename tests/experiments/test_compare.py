@@ -1,0 +1,140 @@
+"""`spectrakit compare`: same init/data/schedule for every optimizer, table columns, overhead, saved
+results and plots, `spectrakit plot` on its run folders, option errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+import pytest
+import torch
+
+from spectrakit.experiments import compare as cmp
+from spectrakit.train import plots
+
+SMALL = dict(
+    setting="cpu",
+    tokenizer="bytes",
+    steps=6,
+    batch_size=2,
+    seq_len=16,
+    warmup=2,
+    eval_every=3,
+    eval_tokens=64,
+    diag_every=3,
+    progress=False,
+)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SPECTRAKIT_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a loaded machine OpenMP spinning makes
+    many small ops very slow; run these tests single-threaded (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_same_seed_same_data_gives_identical_runs_for_equivalent_optimizers(tmp_path):
+    rows = cmp.compare(optimizers=("adamw", "torch-adamw"), out=str(tmp_path), **SMALL)
+    a, b = rows
+    assert [s for s, _ in a["_curve"]] == [s for s, _ in b["_curve"]] == [6]
+    assert a["_curve"][0][1] == pytest.approx(b["_curve"][0][1], rel=1e-5)
+    assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-5)
+    assert math.isnan(a["overhead_%"])  # no base optimizer in this pair
+
+
+def test_cli_writes_table_json_and_plots(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    cmp.add_arguments(parser)
+    out = str(tmp_path / "run")
+    args = parser.parse_args(
+        [
+            "--optimizers",
+            "adamw,spectra-adamw",
+            "--tokenizer",
+            "bytes",
+            "--steps",
+            "6",
+            "--batch-size",
+            "2",
+            "--seq-len",
+            "16",
+            "--warmup",
+            "2",
+            "--eval-every",
+            "3",
+            "--eval-tokens",
+            "64",
+            "--diag-every",
+            "3",
+            "--seeds",
+            "1",
+            "--quiet",
+            "--setting",
+            "cpu",
+            "--out",
+            out,
+            "--c",
+            "0.5",
+        ]
+    )
+    assert cmp.run(args) == 0
+    text = capsys.readouterr().out
+    assert "| optimizer | seed | lr | val_loss |" in text and "spectra-adamw" in text
+    res = json.load(open(os.path.join(out, "results.json")))
+    rows = {r["optimizer"]: r for r in res["rows"]}
+    assert set(rows) == {"adamw", "spectra-adamw"} and rows["adamw"]["seed"] == 1
+    base, spec = rows["adamw"], rows["spectra-adamw"]
+    assert spec["overhead_%"] == pytest.approx(100 * (spec["step_ms"] / base["step_ms"] - 1))
+    assert all(
+        math.isfinite(r["val_loss"]) and r["val_ppl"] == pytest.approx(math.exp(r["val_loss"]))
+        for r in rows.values()
+    )
+    # SPECTRA bounds the update direction after warm-up: ||U||_2 <= alpha * c with the largest
+    # alpha = sqrt(m/n) = sqrt(384/128) (SwiGLU gate/up of the tiny preset)
+    assert spec["max_update_sn"] <= math.sqrt(3) * 0.5 * 1.02 < base["max_update_sn"]
+    assert res["unigram_entropy"] > 0 and res["settings"]["preset"] == "tiny"
+    for f in (
+        "loss_curves.png",
+        "weight_norms.png",
+        "results.md",
+        "adamw-s1/metrics.jsonl",
+        "spectra-adamw-s1/diagnostics.jsonl",
+        "spectra-adamw-s1/spectra.jsonl",
+    ):
+        assert os.path.exists(os.path.join(out, f)), f
+    written = plots.plot_runs(
+        [os.path.join(out, "adamw-s1"), os.path.join(out, "spectra-adamw-s1")], str(tmp_path / "plots")
+    )
+    assert [os.path.basename(p) for p in written] == ["loss.png", "norms.png", "spectra.png"]
+    assert all(os.path.getsize(p) > 1000 for p in written)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(optimizers=("adamw", "sgdx")), "optimizers"),
+        (dict(preset="giant"), "preset"),
+        (dict(schedule="linear"), "schedule"),
+        (dict(seeds=()), "seeds"),
+        (dict(setting="tpu"), "setting"),
+        (dict(warmup=100), "warmup"),
+    ],
+)
+def test_option_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        cmp.compare(**(SMALL | kwargs))
+
+
+def test_plot_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+        plots.plot_runs([str(tmp_path)], str(tmp_path / "out"))

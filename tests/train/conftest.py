@@ -1,0 +1,45 @@
+"""Small models and token streams shared by the training tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from spectrakit.models.llama import Llama, LlamaConfig
+
+
+def pattern_tokens(n: int, vocab: int = 16, seed: int = 0) -> np.ndarray:
+    """A learnable stream: random-length runs of an arithmetic pattern ``t_{i+1} = t_i + 1 mod vocab``."""
+    rng = np.random.default_rng(seed)
+    out, cur = [], 0
+    while len(out) < n:
+        cur = int(rng.integers(vocab))
+        run = int(rng.integers(3, 12))
+        out.extend((cur + k) % vocab for k in range(run))
+    return np.asarray(out[:n], dtype=np.uint16)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a loaded machine OpenMP spinning makes
+    many small ops very slow; run these tests single-threaded (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def tokens():
+    return pattern_tokens(20000), pattern_tokens(4000, seed=1)
+
+
+@pytest.fixture
+def make_model():
+    def make(seed: int = 0, **kw) -> Llama:
+        torch.manual_seed(seed)
+        cfg = dict(vocab_size=16, dim=16, n_layers=1, n_heads=2, max_seq_len=16) | kw
+        return Llama(LlamaConfig(**cfg))
+
+    return make
