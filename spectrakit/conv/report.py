@@ -58,6 +58,7 @@ def lipschitz_report(model: nn.Module, input_shape, *, exact: bool = False, iter
     input_shape = tuple(int(s) for s in input_shape)
     p = next(model.parameters(), None)
     device = p.device if p is not None else torch.device("cpu")
+    dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
     order: list[tuple[str, nn.Module, tuple]] = []
     names = {m: n for n, m in model.named_modules()}
     hooks = [m.register_forward_hook(lambda m, i, o: order.append((names[m], m, tuple(i[0].shape[1:]))))
@@ -66,7 +67,7 @@ def lipschitz_report(model: nn.Module, input_shape, *, exact: bool = False, iter
     model.eval()
     try:
         with torch.no_grad():
-            model(torch.zeros(1, *input_shape, device=device))
+            model(torch.zeros(1, *input_shape, device=device, dtype=dtype))
     finally:
         for h in hooks:
             h.remove()

@@ -150,10 +150,22 @@ class ShardedSpectraMixin:
             sh.reset_loads()
         swapped = self._enter_local()
         try:
-            super().step()
+            self._inner_step()
         finally:
             self._exit_local(swapped)
         return loss
+
+    def _inner_step(self) -> None:
+        """The next class's ``step`` without ``torch.optim``'s hook wrapper (which this class's own ``step``
+        already carries), so step pre/post hooks run once per step."""
+        mro = type(self).__mro__
+        for cls in mro[mro.index(ShardedSpectraMixin) + 1:]:
+            if "step" in cls.__dict__:
+                fn = cls.__dict__["step"]
+                while getattr(fn, "hooked", False) and hasattr(fn, "__wrapped__"):
+                    fn = fn.__wrapped__
+                fn(self)
+                return
 
     def _finite_flag(self, grads):
         ok = super()._finite_flag(grads)

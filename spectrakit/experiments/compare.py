@@ -25,7 +25,7 @@ from spectrakit.data.batches import TokenBatches
 from spectrakit.data.tokens import prepare, unigram_entropy
 from spectrakit.experiments.io import report
 from spectrakit.models.llama import PRESETS, Llama, preset_config
-from spectrakit.train.diagnostics import SpectralDiagnostics
+from spectrakit.train.diagnostics import NoiseStructure, SpectralDiagnostics
 from spectrakit.train.distributed import DistInfo, barrier, setup, teardown, wrap_model
 from spectrakit.train.loop import TrainConfig, train
 from spectrakit.train.optimizers import OPTIMIZERS, build_optimizer
@@ -106,6 +106,9 @@ class CompareOptions:
     eval_every: int | None = None
     eval_tokens: int | None = None
     diag_every: int | None = None
+    noise_steps: tuple[int, ...] = ()
+    noise_signal_batches: int = 16
+    noise_samples: int = 8
     device: str | None = None
     compile: bool = False
     out: str | None = "runs/compare"
@@ -141,8 +144,28 @@ class CompareOptions:
         return {**base, "setting": setting, "device": device}
 
 
-def _run_one(name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_dir: str | None,
-             info: DistInfo) -> dict:
+def _noise_batches(tokens, cfg: dict, opts: CompareOptions, seed: int, device: torch.device):
+    """Batches for the noise-structure analysis (seed 000 §F.2.2), from a stream separate from training
+    (so the training data order is unchanged): signal = ``noise_signal_batches`` micro-batches of
+    ``batch_size`` sequences, samples = ``noise_samples`` single sequences."""
+    big = TokenBatches(tokens, cfg["batch_size"], cfg["seq_len"], seed=seed + 7919)
+    single = TokenBatches(tokens, 1, cfg["seq_len"], seed=seed + 104729)
+
+    def make(step: int):
+        def dev(b):
+            return b[0].to(device), b[1].to(device)
+
+        base = step * 100_000
+        signal = [dev(big.batch(base + i)) for i in range(opts.noise_signal_batches)]
+        samples = [dev(single.batch(base + i)) for i in range(opts.noise_samples)]
+        return signal, samples
+
+    return make
+
+
+def _run_one(
+    name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_dir: str | None, info: DistInfo
+) -> dict:
     torch.manual_seed(seed)
     model_cfg = preset_config(cfg["preset"], splits.meta["vocab_size"], max_seq_len=cfg["seq_len"])
     model = Llama(model_cfg).to(info.device)
@@ -151,10 +174,18 @@ def _run_one(name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_
     )
     lr = optimizer.param_groups[0]["lr"]
     scheduler = make_scheduler(optimizer, total=cfg["steps"], warmup=cfg["warmup"], kind=opts.schedule)
-    data = TokenBatches(splits.train, cfg["batch_size"], cfg["seq_len"], seed=seed, rank=info.rank,
-                        world_size=info.world_size)
+    data = TokenBatches(
+        splits.train, cfg["batch_size"], cfg["seq_len"], seed=seed, rank=info.rank, world_size=info.world_size
+    )
     out_dir = out_dir if info.is_main else None
     diag = SpectralDiagnostics(every=cfg["diag_every"], spectra_steps=(0, cfg["steps"] - 1), out_dir=out_dir)
+    callbacks = [diag]
+    if opts.noise_steps and info.is_main:
+        callbacks.append(
+            NoiseStructure(
+                opts.noise_steps, _noise_batches(splits.train, cfg, opts, seed, info.device), out_dir=out_dir
+            )
+        )
     tcfg = TrainConfig(
         steps=cfg["steps"],
         grad_accum=opts.grad_accum,
@@ -166,8 +197,17 @@ def _run_one(name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_
         progress=opts.progress,
         log_every=min(10, cfg["steps"]),
     )
-    res = train(wrap_model(model, info), optimizer, scheduler, data, splits.val, tcfg, callbacks=[diag],
-                dist_info=info, desc=f"{name} s{seed}")
+    res = train(
+        wrap_model(model, info),
+        optimizer,
+        scheduler,
+        data,
+        splits.val,
+        tcfg,
+        callbacks=callbacks,
+        dist_info=info,
+        desc=f"{name} s{seed}",
+    )
     last = diag.rows[-1] if diag.rows else {}
     return {
         "optimizer": name,
@@ -307,6 +347,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-every", type=int, default=None)
     parser.add_argument("--eval-tokens", type=int, default=None)
     parser.add_argument("--diag-every", type=int, default=None, help="steps between spectral diagnostics")
+    parser.add_argument(
+        "--noise-steps",
+        default="",
+        help="comma-separated steps for the noise-structure analysis of seed 000 F.2.2 (off by default)",
+    )
+    parser.add_argument(
+        "--noise-signal-batches",
+        type=int,
+        default=16,
+        help="micro-batches averaged into the signal gradient G",
+    )
+    parser.add_argument("--noise-samples", type=int, default=8, help="single-sequence gradients per step")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--out", default="runs/compare", help="folder for results, plots and per-run logs")
@@ -334,6 +386,9 @@ def run(args: argparse.Namespace) -> int:
         eval_every=args.eval_every,
         eval_tokens=args.eval_tokens,
         diag_every=args.diag_every,
+        noise_steps=_csv(args.noise_steps, int),
+        noise_signal_batches=args.noise_signal_batches,
+        noise_samples=args.noise_samples,
         device=args.device,
         compile=args.compile,
         out=args.out,

@@ -29,7 +29,8 @@ def conv_tn_bounds(model) -> dict[str, float]:
     out = {}
     for name, m in model.named_modules():
         if isinstance(m, CONV_TYPES):
-            out[name] = float(tn_bound(m)[0])
+            out[name] = float(tn_bound(m.weight.detach(), stride=m.stride, dilation=m.dilation, groups=m.groups,
+                                       spatial_dims=m.weight.ndim - 2)[0])
     return out
 
 
@@ -78,7 +79,7 @@ def run(regularizers=REGULARIZERS, epochs: int = 2, train_size: int = 4000, test
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
-            epoch_bounds.append(float(tn_bound(dict(model.named_modules())[track_layer])[0]))
+            epoch_bounds.append(conv_tn_bounds(model)[track_layer])
         final = conv_tn_bounds(model)
         acc = _evaluate(model, xte, yte, 512)
         rows.append({"regularizer": reg_name, "beta": 0.0 if reg is None else beta, "test_acc": acc,

@@ -125,6 +125,27 @@ def _schedule_with_error(lower_bound: float, steps: int, safety: float, cushion:
     return tuple(out), err
 
 
+@functools.lru_cache(maxsize=512)
+def schedule_intervals(lower_bound: float, steps: int, safety: float = 1e-2, cushion: float = 0.02,
+                       ) -> tuple[tuple[float, float], ...]:
+    """Interval ``[lo_t, hi_t]`` that contains every singular value after step ``t`` (exact arithmetic).
+
+    Tracks ``[lower_bound, 1]`` through :func:`polar_express_coeffs` (same safety widening and cushion):
+    ``lo_t = min p_t``, ``hi_t = max p_t`` over ``[lo_{t-1}, (1 + safety) hi_{t-1}]``. Every polynomial is
+    increasing on ``[0, lo]``, so singular values below ``lower_bound`` end up in ``[0, lo_t]`` as well.
+    ``hi_t`` exceeds 1 by the minimax error (up to ~0.85 while the iteration has not converged).
+    """
+    coeffs = polar_express_coeffs(lower_bound, steps, safety, cushion)
+    lo, hi = float(lower_bound), 1.0
+    out = []
+    for coef in coeffs:
+        top = hi * (1.0 + safety)
+        vals = [_poly(coef, x) for x in [lo, top] + _critical_points(coef, lo, top)]
+        lo, hi = min(vals), max(vals)
+        out.append((lo, hi))
+    return tuple(out)
+
+
 def schedule_error(lower_bound: float, steps: int, safety: float = 1e-2, cushion: float = 0.02) -> float:
     """Worst ``|1 - sigma_out|`` guaranteed by :func:`polar_express_coeffs` on ``[lower_bound, 1]``."""
     return _schedule_with_error(float(lower_bound), int(steps), float(safety), float(cushion))[1]

@@ -26,7 +26,7 @@ from spectrakit._checks import check_choice, check_int, check_scalar, check_tens
 
 from ._util import compute_dtype, eye_like, flush_tiny, frob, mT, threshold, tiny_for
 from .polar import safety_for, to_wide
-from .schedules import lower_bound_grid
+from .schedules import lower_bound_grid, schedule_intervals
 
 METHODS = ("polar", "newton_schulz", "exact")
 # Default steps of the polar method: enough for l down to ~3e-5 (sigma_max / c ~ 1e4 with the bound slack);
@@ -41,12 +41,52 @@ TALL_STEPS = {torch.float64: 2, torch.float32: 3, torch.bfloat16: BF16_DEFAULT_S
 BF16_FP32_STEPS = 2
 
 
+# Gram-phase shift: at the switch to the Gram iteration, G <- G + delta I for grid points whose tracked
+# lower bound after the tall steps is too small for the Gram matrix (l_t^2 < GRAM_MIN_EIG): rounding of G
+# can leave eigenvalues slightly negative there, and the Gram iteration multiplies a negative eigenvalue
+# by ~a^2 per step (measured: overflow to inf for a rank-1 fp32 input at sigma_max/c = 1e6). delta I is
+# the Gram matrix of an extra block sqrt(delta) I stacked under B, so the result stays a contraction
+# (singular values only shrink: a safe under-shoot outside the accurate range).
+GRAM_MIN_EIG = {torch.float64: 1e-11, torch.float32: 1e-5}
+GRAM_SHIFT = {torch.float64: 1e-13, torch.float32: 1e-6}
+
+
 @functools.lru_cache(maxsize=32)
-def _grid_tensors(steps: int, device: torch.device, safety: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _grid_tables(steps: int, safety: float, tall: int, cdt: torch.dtype,
+                 ) -> tuple[list[float], list[list[list[float]]], list[float]]:
+    """Grid of lower bounds, per-grid-point schedules (last step scaled by ``1 / hi_final``), Gram shifts."""
     grid, coeffs = lower_bound_grid(steps, safety)
-    g = torch.tensor(grid, dtype=torch.float64, device=device)
-    c = torch.tensor(coeffs, dtype=torch.float64, device=device)  # (K, steps, 3)
-    return g, c
+    table, shifts = [], []
+    for g, co in zip(grid, coeffs):
+        iv = schedule_intervals(g, steps, safety)
+        hi_final = iv[-1][1]
+        # the last polynomial is scaled so that its tracked maximum is exactly 1: no output singular value
+        # exceeds min(s, c), whatever the ratio (beyond the accurate range the iteration has not converged
+        # and hi_final reaches ~1.85; in the accurate range hi_final - 1 is the tiny minimax error)
+        rows = [list(t) for t in co]
+        rows[-1] = [v / hi_final for v in rows[-1]]
+        table.append(rows)
+        lo_switch = iv[tall - 1][0] if 0 < tall < steps else 1.0
+        need = cdt in GRAM_SHIFT and lo_switch**2 < GRAM_MIN_EIG[cdt]
+        shifts.append(GRAM_SHIFT[cdt] if need else 0.0)
+    return list(grid), table, shifts
+
+
+def _grid_tensors(steps: int, device: torch.device, safety: float, tall: int, cdt: torch.dtype,
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The tables of :func:`_grid_tables` as tensors on ``device`` (cached per device)."""
+    key = (steps, str(device), safety, tall, cdt)
+    hit = _DEVICE_TABLES.get(key)
+    if hit is None:
+        grid, table, shifts = _grid_tables(steps, safety, tall, cdt)
+        hit = (torch.tensor(grid, dtype=torch.float32, device=device),
+               torch.tensor(table, dtype=torch.float64, device=device),
+               torch.tensor(shifts, dtype=torch.float64, device=device))
+        _DEVICE_TABLES[key] = hit
+    return hit
+
+
+_DEVICE_TABLES: dict = {}
 
 
 def _soft_clip_vector(x: torch.Tensor, c, cdt: torch.dtype) -> torch.Tensor:
@@ -101,10 +141,10 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
     lam = frob(g2).sqrt()  # >= lambda_max(G) (within sqrt(m))
     sig = lam.sqrt()
     lower = (cp / sig).clamp(0, 1)  # lower bound of sigma_min / sigma_up of B
-    grid, table = _grid_tensors(steps, x.device, safety_for(cdt))
-    idx = (torch.searchsorted(grid, lower[..., 0, 0].double().contiguous(), right=True) - 1).clamp_min(0)
-    coeffs = table[idx]  # (..., steps, 3)
     tall = min(TALL_STEPS[cdt], steps)
+    grid, table, shifts = _grid_tensors(steps, x.device, safety_for(cdt), tall, cdt)
+    idx = (torch.searchsorted(grid, lower[..., 0, 0].float().contiguous(), right=True) - 1).clamp_min(0)
+    coeffs = table[idx].to(work)  # (..., steps, 3)
     # step 0 on the tall matrix re-uses G and G^2 (bottom block of B_0 is a multiple of I)
     y = y / sig
     z = None
@@ -122,8 +162,8 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
                 gn = flush_tiny(mT(y) @ y + mT(z) @ z)
                 g2n = gn @ gn
             else:
-                if t == tall:  # switch to the Gram iteration: G from the current tall matrix
-                    gn = mT(y) @ y + mT(z) @ z
+                if t == tall:  # switch to the Gram iteration: G from the current tall matrix (+ shift)
+                    gn = mT(y) @ y + mT(z) @ z + shifts[idx].to(y.dtype)[..., None, None] * eye.to(y.dtype)
                 gn = flush_tiny(gn.to(dt))
                 g2n = gn @ gn
         p = a * eye.to(dt) + b * gn.to(dt) + cc * g2n.to(dt)

@@ -110,14 +110,21 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, layers: list[str] | None = N
     noise = {d: _read(d, "noise") for d in run_dirs}
     if any(noise.values()):
         fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-        for rows in noise.values():
+        k_runs = len(run_dirs)
+        for k, d in enumerate(run_dirs):  # one box per (layer, run), runs side by side
             per = defaultdict(list)
-            for r in rows:
+            for r in noise[d]:
                 per[r["layer"]].append(r)
             names = list(per)
+            pos = [i * (k_runs + 1) + k for i in range(len(names))]
             for ax, key in zip(axes, ("ratio", "d_spec", "d_chord")):
-                ax.boxplot([[r[key] for r in per[n]] for n in names], showfliers=True)
-                ax.set_xticks(range(1, len(names) + 1), names, rotation=90, fontsize=6)
+                bp = ax.boxplot([[r[key] for r in per[n]] for n in names], positions=pos, widths=0.8,
+                                patch_artist=True)
+                for box in bp["boxes"]:
+                    box.set_facecolor(f"C{k}")
+                ax.set_xticks([i * (k_runs + 1) for i in range(len(names))], names, rotation=90, fontsize=6)
+            axes[0].plot([], [], color=f"C{k}", lw=6, label=labels[d])
+        axes[0].legend(fontsize=7)
         for ax, t in zip(
             axes, ("sigma_1(N) / ||G||_2", "spectral distance d_r(N, G)", "chordal distance d_r(N, G)")
         ):

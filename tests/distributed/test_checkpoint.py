@@ -9,6 +9,7 @@ import spectrakit.optim as O
 from spectrakit.distributed import load_checkpoint, save_checkpoint, sharded
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 @pytest.mark.parametrize("name", ["SpectraAdamW", "Muon"])
 def test_single_process_resume_bit_identical(tmp_path, workers, name):
     cls = sharded(getattr(O, name))

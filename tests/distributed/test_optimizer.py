@@ -81,6 +81,12 @@ def test_checkpoint_resume_is_bit_identical(optim_results, name):
         assert step == 10 and steps_taken == 20
 
 
+def test_nonfinite_gradient_on_one_rank_skips_everywhere(optim_results):
+    for r in range(2):
+        unchanged, skipped, steps_taken = optim_results[r]["nonfinite_one_rank"]
+        assert unchanged and skipped == 1 and steps_taken == 3
+
+
 @pytest.mark.parametrize("key, expected", [
     ("partial", "unsupported DTensor placement Partial"),
     ("two_mesh_dims", "DTensor sharded on 2 mesh dims"),
@@ -124,6 +130,20 @@ def test_world_size_one_is_bitwise_the_plain_optimizer(workers, name):
     for k in sd_a["state"]:
         for key, v in sd_a["state"][k].items():
             assert torch.equal(v, sd_b["state"][k][key])
+
+
+def test_step_hooks_run_once_per_step():
+    O.SpectraAdamW([torch.nn.Parameter(torch.randn(2, 2))])  # patches SpectraAdamW.step with torch's hooks
+    p = torch.nn.Parameter(torch.randn(4, 4))
+    opt = sharded(O.SpectraAdamW)([p])
+    calls = []
+    opt.register_step_pre_hook(lambda *a: calls.append("pre"))
+    opt.register_step_post_hook(lambda *a: calls.append("post"))
+    for _ in range(2):
+        p.grad = torch.randn(4, 4)
+        opt.step()
+    assert calls == ["pre", "post", "pre", "post"]
+    assert opt.param_groups[0]["steps_taken"] == 2
 
 
 def test_sharded_class_factory():

@@ -258,6 +258,21 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
         res[("ckpt", cls_name)] = (uninterrupted, full_params(model2), full_params(model3),
                                    int(extra["step"]), opt2.param_groups[0]["steps_taken"])
 
+    # a non-finite gradient in ONE rank's shard: every rank must skip the step (the flag is all-reduced)
+    model = fsdp_wrap(make_model())
+    opt = sharded(O.SpectraAdamW)(model.parameters(), **OPT_KW["SpectraAdamW"])
+    train_steps(model, opt, 0, 2, rank, ws)
+    before = full_params(model)
+    x, y = batch(2)
+    opt.zero_grad()
+    loss_fn(model, x.chunk(ws)[rank], y.chunk(ws)[rank]).backward()
+    if rank == ws - 1:
+        model.fc1.weight.grad.to_local()[0, 0] = float("inf")
+    opt.step()
+    after = full_params(model)
+    res["nonfinite_one_rank"] = (all(torch.equal(before[n], after[n]) for n in before),
+                                 int(opt.skipped_steps), opt.param_groups[0]["steps_taken"])
+
     # unsupported layouts and options -> clear errors
     res["errors"] = optim_errors(rank, ws)
     return res

@@ -85,6 +85,12 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys):
             out,
             "--c",
             "0.5",
+            "--noise-steps",
+            "4",
+            "--noise-signal-batches",
+            "2",
+            "--noise-samples",
+            "2",
         ]
     )
     assert cmp.run(args) == 0
@@ -110,12 +116,13 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys):
         "adamw-s1/metrics.jsonl",
         "spectra-adamw-s1/diagnostics.jsonl",
         "spectra-adamw-s1/spectra.jsonl",
+        "adamw-s1/noise.jsonl",
     ):
         assert os.path.exists(os.path.join(out, f)), f
     written = plots.plot_runs(
         [os.path.join(out, "adamw-s1"), os.path.join(out, "spectra-adamw-s1")], str(tmp_path / "plots")
     )
-    assert [os.path.basename(p) for p in written] == ["loss.png", "norms.png", "spectra.png"]
+    assert [os.path.basename(p) for p in written] == ["loss.png", "norms.png", "spectra.png", "noise.png"]
     assert all(os.path.getsize(p) > 1000 for p in written)
 
 

@@ -16,7 +16,7 @@ from spectrakit.train.distributed import DistInfo, setup, wrap_model
 
 from .conftest import pattern_tokens
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import sys, torch
     sys.path.insert(0, {tests!r})
     from conftest import pattern_tokens
@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent('''
     if info.is_main:
         torch.save({{k: v for k, v in model.state_dict().items()}}, {out!r})
     teardown(info)
-''')
+""")
 
 
 @pytest.mark.distributed
@@ -46,8 +46,13 @@ def test_ddp_two_ranks_match_manual_gradient_average(tmp_path):
     script = tmp_path / "ddp_train.py"
     script.write_text(SCRIPT.format(tests=tests, out=out))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script)], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ddp_state = torch.load(out)
 

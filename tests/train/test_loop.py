@@ -212,3 +212,20 @@ def test_cuda_bf16_autocast_step(make_model, tokens):
         TrainConfig(steps=3, progress=False, eval_tokens=48),
     )
     assert math.isfinite(res.final_val_loss)
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager(make_model, tokens):
+    results = []
+    for compiled in (False, True):
+        model = make_model(0)
+        res = train(
+            model,
+            build_optimizer("spectra-adamw", model),
+            None,
+            TokenBatches(tokens[0], 4, 12),
+            tokens[1],
+            TrainConfig(steps=3, compile=compiled, progress=False, eval_tokens=48),
+        )
+        results.append(res.final_val_loss)
+    assert results[1] == pytest.approx(results[0], rel=1e-4)

@@ -1,0 +1,15 @@
+"""Seed 001 Table 2 rows that fit the CI budget (128 channels, 3x3/5x5/7x7, zero padding, 32x32 input)."""
+
+import pytest
+
+from spectrakit.experiments.conv_bounds import PAPER, run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [3, 5, 7])
+def test_table2_row(k):
+    (row,) = run(channels=(128,), kernel_sizes=(k,), input_size=32, iters=100, exact_iters=100, seed=0)
+    pt, pf, ptn = PAPER[(128, k)]
+    assert abs(row["TN/exact"] - ptn / pt) < 0.03
+    assert abs(row["F4/exact"] - pf / pt) < 0.03
+    assert row["TN"] < row["F4"]
