@@ -65,8 +65,11 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sizes = args.sizes or ([256, 512, 1024, 2048] if device.type == "cuda" else [64, 128, 256])
     rows = bench(sizes, args.batch, device, getattr(torch, args.dtype), args.reps)

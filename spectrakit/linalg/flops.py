@@ -13,7 +13,7 @@ from .hard_clip import LOWER_BOUND as HARD_LOWER_BOUND
 from .hard_clip import TOL as HARD_TOL
 from .polar import DEFAULT_TOL, safety_for
 from .schedules import steps_for
-from .soft_clip import BF16_DEFAULT_STEPS, DEFAULT_STEPS, TALL_STEPS
+from .soft_clip import BF16_DEFAULT_STEPS, DEFAULT_STEPS, tall_steps
 
 
 def _wide(m: int, n: int) -> tuple[int, int]:
@@ -59,7 +59,7 @@ def soft_clip_polar_flops(m: int, n: int, dtype: torch.dtype = torch.float32,
     if steps is None:
         steps = BF16_DEFAULT_STEPS if dtype == torch.bfloat16 else DEFAULT_STEPS
     mmn, m3 = 2.0 * m * m * n, 2.0 * m**3
-    tall = min(TALL_STEPS[dtype], steps)
+    tall = tall_steps(dtype, steps)
     f = 2 * mmn + m3  # step 0
     f += (tall - 1) * (2 * mmn + 3 * m3)
     gram = steps - tall

@@ -36,7 +36,8 @@ BF16_DEFAULT_STEPS = 7
 # Number of leading steps iterated on the tall stacked matrix (the rest run on the m x m Gram matrix).
 # bf16 iterates on the tall matrix throughout: the Gram-only steps are not self-correcting and were
 # measured to diverge in bf16 (rounding errors of P G P exceed the schedule's safety margin).
-TALL_STEPS = {torch.float64: 2, torch.float32: 3, torch.bfloat16: BF16_DEFAULT_STEPS}
+# (measured: with steps=13 a bf16 Gram phase overflowed for a rank-1 input). ``None``: every step is tall.
+TALL_STEPS = {torch.float64: 2, torch.float32: 3, torch.bfloat16: None}
 # Leading steps computed in float32 when computing in bfloat16.
 BF16_FP32_STEPS = 2
 
@@ -87,6 +88,12 @@ def _grid_tensors(steps: int, device: torch.device, safety: float, tall: int, cd
 
 
 _DEVICE_TABLES: dict = {}
+
+
+def tall_steps(cdt: torch.dtype, steps: int) -> int:
+    """Number of leading steps of the polar route that iterate on the tall stacked matrix."""
+    t = TALL_STEPS[cdt]
+    return steps if t is None else min(t, steps)
 
 
 def _soft_clip_vector(x: torch.Tensor, c, cdt: torch.dtype) -> torch.Tensor:
@@ -141,7 +148,7 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
     lam = frob(g2).sqrt()  # >= lambda_max(G) (within sqrt(m))
     sig = lam.sqrt()
     lower = (cp / sig).clamp(0, 1)  # lower bound of sigma_min / sigma_up of B
-    tall = min(TALL_STEPS[cdt], steps)
+    tall = tall_steps(cdt, steps)
     grid, table, shifts = _grid_tensors(steps, x.device, safety_for(cdt), tall, cdt)
     idx = (torch.searchsorted(grid, lower[..., 0, 0].float().contiguous(), right=True) - 1).clamp_min(0)
     coeffs = table[idx].to(work)  # (..., steps, 3)

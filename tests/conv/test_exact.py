@@ -35,10 +35,11 @@ def test_exact_zero_pad_and_bounds(shape, s, n, dil, g):
     K = torch.randn(*shape, dtype=torch.float64)
     kw = dict(stride=s, dilation=dil, groups=g, spatial_dims=len(shape) - 2)
     t = _dense_norm(K, n, s, dil, g, "zeros")
-    ex, state = exact_zero_pad(K, n, iters=5000, **kw)
-    torch.testing.assert_close(ex, t, rtol=1e-4, atol=0)
-    ex2, _ = exact_zero_pad(K, n, iters=1, state=state, **kw)          # warm start stays converged
-    torch.testing.assert_close(ex2, t, rtol=1e-4, atol=0)
+    # float32 power iteration (float64 conv_transpose is ~10x slower on CPU); gaps down to 0.9986 need ~4000 its
+    ex, state = exact_zero_pad(K.float(), n, iters=4000, **kw)
+    torch.testing.assert_close(ex.double(), t, rtol=1e-4, atol=0)
+    ex2, _ = exact_zero_pad(K.float(), n, iters=1, state=state, **kw)  # warm start stays converged
+    torch.testing.assert_close(ex2.double(), t, rtol=1e-4, atol=0)
     assert gram_bound(K, n, padding="zero", **kw) >= t * (1 - 1e-9)
     f4, _ = f4_bound(K, **kw)
     tn, _ = tn_bound(K, **kw)
@@ -49,7 +50,7 @@ def test_exact_zero_pad_and_bounds(shape, s, n, dil, g):
 
 def test_exact_zero_pad_batched_gradient():
     K = torch.randn(2, 3, 4, 3, 3, dtype=torch.float64, requires_grad=True)
-    v, _ = exact_zero_pad(K, 6, iters=3000)
+    v, _ = exact_zero_pad(K, 6, iters=1500)
     for i in range(2):
         torch.testing.assert_close(v[i], _dense_norm(K[i].detach(), 6, 1, 1, 1, "zeros"), rtol=1e-4, atol=0)
     v.sum().backward()

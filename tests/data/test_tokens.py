@@ -177,3 +177,18 @@ def test_eval_batches_cover_consecutive_windows():
     assert sum(x.shape[0] for x, _ in eval_batches(tokens, 3, 10, max_tokens=35)) == 3
     with pytest.raises(ValueError, match="validation tokens"):
         list(eval_batches(np.arange(5), 2, 10))
+
+
+def test_data_cli_list_and_missing_package(monkeypatch, capsys):
+    import argparse
+
+    from spectrakit.data import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.run(parser.parse_args(["list"])) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in corpora.CORPORA)
+    monkeypatch.setattr(corpora.glob, "glob", lambda *a, **k: [])
+    assert cli.run(parser.parse_args(["prepare", "gcide"])) == 2
+    assert "apt-get install dict-gcide" in capsys.readouterr().err
