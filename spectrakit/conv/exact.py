@@ -141,6 +141,8 @@ def exact_zero_pad(weight, input_size, *, stride=1, padding=None, dilation=1, gr
         Wd = W.detach()
         if state is None:
             x = torch.randn(1, L * ci, *n, dtype=cdt, device=K.device, generator=generator)
+            if all(st == 1 for st in geo.stride):
+                x = 0.01 * x + _plane_wave_start(Wd.reshape(L, co, ci, *ks), n)
         else:
             if state.shape != (1, L * ci, *n):
                 raise ValueError(f"state must have shape {(1, L * ci, *n)}, got {tuple(state.shape)}")
@@ -156,6 +158,29 @@ def exact_zero_pad(weight, input_size, *, stride=1, padding=None, dilation=1, gr
     y = fwd(x, W)
     value = torch.linalg.vector_norm(y.reshape(L, -1), dim=-1).reshape(*lead, g)
     return (value.amax(-1) if reduce_groups else value), x
+
+
+def _plane_wave_start(W: torch.Tensor, n: tuple[int, ...]) -> torch.Tensor:
+    """Start vector ``x[c, p] = Re(v_c exp(2 pi i <f, p/n>))`` at the frequency ``f`` with the largest
+    ``sigma_1(K_hat(f))`` (``v`` its right singular vector): the top singular vector of the circular
+    convolution, close to the zero-padded one, so power iteration starts near the answer."""
+    L, ci, d = W.shape[0], W.shape[2], len(n)
+    Kf = _fft_kernel(W, n)                                               # (L, F, co, ci)
+    _, S, Vh = torch.linalg.svd(Kf)
+    best = S[..., 0].argmax(-1)                                          # (L,)
+    v = Vh[torch.arange(L, device=W.device), best, 0].conj()             # (L, ci)
+    shape = list(n[:-1]) + [n[-1] // 2 + 1]
+    phase = torch.zeros(L, *n, dtype=W.dtype, device=W.device)
+    rem = best
+    for a in reversed(range(d)):
+        f = (rem % shape[a]).to(W.dtype)
+        rem = rem // shape[a]
+        grid = torch.arange(n[a], dtype=W.dtype, device=W.device).reshape([1] + [-1 if b == a else 1
+                                                                              for b in range(d)])
+        phase = phase + 2 * math.pi * f.reshape([-1] + [1] * d) * grid / n[a]
+    wave = torch.polar(torch.ones_like(phase), phase)                    # (L, n..)
+    x = (v.reshape(L, ci, *([1] * d)) * wave[:, None]).real
+    return x.reshape(1, L * ci, *n)
 
 
 def _tuple_nonneg(value, d):

@@ -20,11 +20,15 @@ FSDP2 parameters are DTensors; during ``step()`` the param groups temporarily ho
 (same storage, updated in place) and the optimizer states are stored as DTensors with the parameter's
 placements, so ``torch.distributed.checkpoint`` saves and reshards them like the parameters.
 
+The matrix pre-clip (``pre_c``) goes through the same sharded exchange as the post-transform (the
+optimizer's ``_pre_transform_groups`` hook), and ``alpha`` is computed from the global shape
+(``_update_scale``), so neither needs the whole tensor on every rank.
+
 Requirements and refusals (``ValueError`` naming the parameter): placements other than ``Replicate``/
 ``Shard(d)`` on one mesh dim (see :func:`~spectrakit.distributed.layout.layout_of`); for sharded
-parameters, group options that need a whole tensor outside the post-transform (``pre_c`` pre-clipping,
-``vector_clip``, the MARS base's per-tensor norm). Plain (non-DTensor) parameters must be identical on
-all ranks of ``process_group`` (DDP guarantees it).
+parameters, group options that need a whole tensor outside the matrix transforms (``vector_clip`` of
+sharded 1-D parameters, the MARS base's per-tensor norm). Plain (non-DTensor) parameters must be
+identical on all ranks of ``process_group`` (DDP guarantees it).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from spectrakit._checks import check_choice
 from spectrakit.distributed.exchange import SpectralSharder, group_size_rank
 from spectrakit.distributed.layout import Layout, is_dtensor, layout_of
 from spectrakit.optim.spectra import Spectra
-from spectrakit.optim.transforms import POST_TRANSFORMS, matrix_shape, update_scale
+from spectrakit.optim.transforms import POST_TRANSFORMS, matrix_shape
 
 try:
     from torch.distributed.tensor import DTensor
@@ -69,8 +73,6 @@ class ShardedSpectraMixin:
         self._replicated_exchange = replicated_exchange
         self._sharders: dict = {}
         self._local: dict[int, tuple[torch.Tensor, Layout]] = {}
-        self._current_params: list[torch.Tensor] = []
-        self._current_group: dict | None = None
         super().__init__(params, *args, **kwargs)
 
     # ------------------------------------------------------------------ helpers
@@ -91,10 +93,10 @@ class ShardedSpectraMixin:
                 name = f"param_groups[{gi}]['params'][{i}] (shape {tuple(p.shape)})"
                 layout = layout_of(p, name)
                 if layout.kind == "sharded":
-                    if group.get("pre_c") is not None or group.get("vector_clip"):
-                        raise ValueError(f"{name} is sharded: pre_c (gradient pre-clipping) and vector_clip "
-                                         "need the whole tensor and are not supported under FSDP2; set "
-                                         "pre_c=None and vector_clip=False for this group")
+                    if p.ndim < 2 and group.get("vector_clip"):
+                        raise ValueError(f"{name} is a sharded 1-D parameter: vector_clip needs the norm of "
+                                         "the whole vector and is not supported under FSDP2; set "
+                                         "vector_clip=False for this group")
                     if group["base"] in _NEEDS_WHOLE_TENSOR:
                         raise ValueError(f"{name} is sharded: base={group['base']!r} is not supported under "
                                          f"FSDP2 ({_NEEDS_WHOLE_TENSOR[group['base']]})")
@@ -174,17 +176,11 @@ class ShardedSpectraMixin:
             dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=g)
         return ok
 
-    def _step_group(self, group, ok):
-        self._current_group = group
-        return super()._step_group(group, ok)
-
     def _batches(self, group):
         """Batches keyed by the GLOBAL shape and layout, so every rank forms the same batches in the same
         order (local shard shapes differ across ranks); zero-size local shards still take part."""
         if not self._local:
-            for batch in super()._batches(group):
-                self._current_params = batch[2]
-                yield batch
+            yield from super()._batches(group)
             return
         buckets: dict[tuple, list[torch.Tensor]] = {}
         for p in group["params"]:
@@ -216,43 +212,43 @@ class ShardedSpectraMixin:
                 size += numel
             chunks.append(chunk)
             for c in chunks:
-                self._current_params = c
                 yield kind, shape, c
 
     def _post_transform_groups(self, batches):
-        """Post-transform each batch with every matrix computed once, on its owner rank (collective)."""
+        """Transform each batch (post-transform, and the pre-clip via ``_pre_transform_groups``) with every
+        matrix computed once, on its owner rank (collective: all ranks make the same calls)."""
         out = []
         for b in batches:
             fn = POST_TRANSFORMS[b["post"]]
-            U = b["U"]
+            U, params = b["U"], b["params"]
             if fn is None:
                 out.append(U)
                 continue
-            params = b.get("params", self._current_params)
-            # the arguments the single-process hook passes after U: c, steps (and dtype when present)
-            args = (b["c"], b["steps"]) + ((b["dtype"],) if "dtype" in b else ())
+            args = (b["c"], b["steps"], b["dtype"])
             entry = self._local.get(id(params[0])) if params else None
             if entry is None or entry[1].kind == "replicated":
-                group = entry[1].group if entry is not None and entry[1].group is not None else None
-                sh = self.sharder(group)
+                sh = self.sharder(entry[1].group if entry is not None else None)
                 out.append(sh.apply_replicated([U], lambda _b, _i, x, fn=fn, args=args: fn(x, *args))[0])
                 continue
             dt, lay = entry
             gshape, lshape = tuple(dt.shape), tuple(params[0].shape)
             m, n = matrix_shape(gshape)
-            scale = self._current_group["scale"] if self._current_group is not None else "auto"
-            ratio = 1.0
-            if U.numel():  # alpha of the pipeline comes from the local shape: correct it to the global one
-                ratio = update_scale(scale, b["post"], m, n) / update_scale(scale, b["post"], *U.shape[1:])
 
-            def full(_b, _i, x, m=m, n=n, ratio=ratio, fn=fn, args=args):
-                y = fn(x.reshape(x.shape[0], m, n), *args)
-                return (y if ratio == 1.0 else y * ratio).reshape(x.shape)
+            def full(_b, _i, x, m=m, n=n, fn=fn, args=args):
+                return fn(x.reshape(x.shape[0], m, n), *args).reshape(x.shape)
 
             local = U.reshape(U.shape[0], *lshape)
             y = self.sharder(lay.group).apply_sharded([local], [gshape], [lay.shard_dim], full)[0]
             out.append(y.reshape(U.shape))
         return out
+
+    def _update_scale(self, group, kind, shape, params):
+        """``alpha`` from the GLOBAL matrix shape of sharded (DTensor) parameters (the local shard shape
+        otherwise), so that every rank applies the single-process update."""
+        entry = self._local.get(id(params[0])) if kind == "matrix" and params else None
+        if entry is not None:
+            shape = matrix_shape(entry[0].shape)
+        return super()._update_scale(group, kind, shape, params)
 
     @property
     def world_size(self) -> int:

@@ -19,8 +19,10 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
 3. the base direction updates the fp32 states and overwrites the work tensor with ``U``
    (``torch._foreach_*`` over the batch);
 4. :meth:`Spectra._post_transform_groups` post-transforms the stacked batches, one call per batch
-   (a distributed subclass overrides this method to shard each batch across ranks);
-5. ``p <- p * (1 - lr wd ok) + (-lr alpha ok) * post(U)`` with two ``_foreach`` calls.
+   (a distributed subclass overrides this method to shard each batch across ranks); the matrix pre-clip
+   (``pre_c``) goes through :meth:`Spectra._pre_transform_groups`, which delegates to the same hook;
+5. ``p <- p * (1 - lr wd ok) + (-lr alpha ok) * post(U)`` with two ``_foreach`` calls, ``alpha`` from
+   :meth:`Spectra._update_scale` (overridable: a sharded subclass uses the global shape).
 
 Non-finite gradient policy: if ANY gradient of the step contains inf/nan, the whole step is a no-op
 (parameters, moments and per-parameter ``step`` counters unchanged) and every group's
@@ -260,18 +262,36 @@ class Spectra(torch.optim.Optimizer):
             yield kind, shape, chunk
 
     def _post_transform_groups(self, batches: list[dict]) -> list[torch.Tensor]:
-        """Post-transform stacked batches: one call of the transform per batch.
+        """Transform stacked matrix batches: one call of the named transform per batch.
 
-        Each batch is a dict with ``U`` (work dtype, ``(B, m, n)``), ``post`` (name), ``c`` (float threshold),
-        ``steps`` (iteration count or None) and ``dtype`` (compute dtype or None). Returns the
-        transformed batches (same shapes). This is
-        the step a distributed subclass overrides (split each batch by owner rank, transform the own
-        slice, all-gather)."""
+        Each batch is a dict with ``U`` (work dtype, ``(B, m, n)``), ``params`` (the ``B`` parameters whose
+        directions ``U`` stacks, in order), ``stage`` (``"pre"`` or ``"post"``), ``post`` (the transform
+        name, a key of ``POST_TRANSFORMS``; the group's ``pre`` name for the pre-clip), ``c`` (float
+        threshold), ``steps`` (iteration count or None) and ``dtype`` (compute dtype or None). Returns the
+        transformed batches (same shapes; may be ``U`` itself for ``"none"``). This is the step a
+        distributed subclass overrides (split each batch by owner rank, transform the own slice,
+        exchange)."""
         out = []
         for b in batches:
             fn = POST_TRANSFORMS[b["post"]]
             out.append(b["U"] if fn is None else fn(b["U"], b["c"], b["steps"], b["dtype"]))
         return out
+
+    def _pre_transform_groups(self, batches: list[dict]) -> list[torch.Tensor]:
+        """Pre-clip the stacked raw-gradient batches (``pre_c`` set; ``stage == "pre"``, same dict format as
+        :meth:`_post_transform_groups`). By default it delegates to :meth:`_post_transform_groups`, so a
+        subclass that overrides that hook (e.g. the distributed one) handles the pre-clip the same way;
+        override this method to treat the two stages differently."""
+        return self._post_transform_groups(batches)
+
+    def _update_scale(self, group: dict, kind: str, shape: tuple | None, params: list[torch.Tensor]) -> float:
+        """``alpha`` of one batch: ``update_scale(scale, post, m, n)`` for a ``"matrix"`` batch of
+        matrix shape ``shape = (m, n)`` (:func:`~spectrakit.optim.transforms.update_scale`), the numeric
+        ``scale`` or 1 for a ``"flat"`` batch. A subclass whose ``params`` are shards of larger tensors
+        overrides it to use the global shape."""
+        if kind == "matrix":
+            return update_scale(group["scale"], group["post"], *shape)
+        return group["scale"] if not isinstance(group["scale"], str) else 1.0
 
     def _state(self, p: torch.Tensor, base) -> dict:
         state = self.state[p]
@@ -340,7 +360,11 @@ class Spectra(torch.optim.Optimizer):
             # (1) pre-transform of the raw gradient
             if pre_c_k is not None:
                 if kind == "matrix":
-                    buf.copy_(POST_TRANSFORMS[group["pre"]](buf, pre_c_k, group["post_steps"], post_dtype))
+                    pre = {"U": buf, "params": params, "stage": "pre", "post": group["pre"], "c": pre_c_k,
+                           "steps": group["post_steps"], "dtype": post_dtype}
+                    res = self._pre_transform_groups([pre])[0]
+                    if res is not buf:
+                        buf.copy_(res)
                 elif group["vector_clip"]:
                     mul_(vector_soft_clip_factors(torch.stack(torch._foreach_norm(views)), pre_c_k))
             # (2) base direction, in place
@@ -349,14 +373,14 @@ class Spectra(torch.optim.Optimizer):
             post = group["post"]
             if kind == "matrix":
                 upd = self._post_transform_groups(
-                    [{"U": buf, "post": post, "c": c_k, "steps": group["post_steps"], "dtype": post_dtype}]
+                    [{"U": buf, "params": params, "stage": "post", "post": post, "c": c_k,
+                      "steps": group["post_steps"], "dtype": post_dtype}]
                 )[0]
-                alpha = update_scale(group["scale"], post, *shape)
             else:
                 if group["vector_clip"]:
                     mul_(vector_soft_clip_factors(torch.stack(torch._foreach_norm(views)), c_k))
                 upd = buf
-                alpha = group["scale"] if not isinstance(group["scale"], str) else 1.0
+            alpha = self._update_scale(group, kind, shape, params)
             # (4) p <- (1 - lr wd) p - lr alpha post(U), cancelled when ok = 0
             if group["weight_decay"] != 0:
                 torch._foreach_mul_(params, 1 - (lr * group["weight_decay"]) * ok_d)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from spectrakit._checks import no_value_checks
+from spectrakit._checks import check_int, no_value_checks
 
 
 def _linalg():
@@ -117,13 +117,22 @@ def update_scale(scale, post: str, m: int, n: int) -> float:
     ``"muon"``: Keller Jordan's ``max(1, m/n)^0.5`` (the same number, kept as a separate name);
     ``"moonlight"``: ``0.2 * sqrt(max(m, n))`` (D-Muon, Liu et al. 2025);
     ``"none"``: 1; ``"auto"``: 1 if ``post == "none"`` else ``"spectra"``.
+
+    ``m``, ``n``: ints >= 0. An empty matrix (``m == 0`` or ``n == 0``, e.g. a zero-column shard) has an
+    empty update, and the ratio-based scales ``"spectra"``/``"muon"`` return 1 for it (instead of dividing
+    by 0).
+
+    Raises:
+        ValueError: ``m`` or ``n`` negative. TypeError: ``m`` or ``n`` not an int.
     """
+    check_int(m, "m", low=0)
+    check_int(n, "n", low=0)
     if not isinstance(scale, str):
         return float(scale)
     if scale == "auto":
         scale = "none" if post == "none" else "spectra"
     if scale in ("spectra", "muon"):
-        return max(1.0, m / n) ** 0.5
+        return max(1.0, m / n) ** 0.5 if m and n else 1.0
     if scale == "moonlight":
         return 0.2 * math.sqrt(max(m, n))
     return 1.0

@@ -33,8 +33,13 @@ from spectrakit.train.logs import RunLogger
 
 
 def matrix_view(p: torch.Tensor) -> torch.Tensor:
-    """``p`` as a matrix ``(out, prod(rest))`` (conv kernels flattened), in at least float32."""
-    m = p.detach().reshape(p.shape[0], -1)
+    """``p`` as a matrix ``(out, prod(rest))`` (conv kernels flattened), in at least float32. An FSDP2
+    (DTensor) parameter or gradient is gathered first (``full_tensor()``, a collective: under FSDP2 the
+    diagnostics must run on every rank)."""
+    p = p.detach()
+    if hasattr(p, "full_tensor"):
+        p = p.full_tensor()
+    m = p.reshape(p.shape[0], -1)
     return m.double() if m.dtype == torch.float64 else m.float()
 
 

@@ -1,7 +1,7 @@
-"""Data parallelism under ``torchrun``: process-group set-up and model wrapping (DDP).
+"""Data parallelism under ``torchrun``: process-group set-up and model wrapping (DDP or FSDP2).
 
-The wrapping lives in one function, :func:`wrap_model`, with a ``mode`` argument so that other
-strategies (e.g. FSDP2 in :mod:`spectrakit.distributed`) can be added in one place.
+The wrapping lives in one function, :func:`wrap_model`, with a ``mode`` argument (``"ddp"``, ``"fsdp2"``);
+it delegates to :func:`spectrakit.distributed.wrap_model`.
 """
 
 from __future__ import annotations
@@ -50,14 +50,35 @@ def setup(device: str | None = None) -> DistInfo:
     return DistInfo(rank, world, local, dev)
 
 
+PARALLEL_MODES = ("ddp", "fsdp2")
+
+
 def wrap_model(model: torch.nn.Module, info: DistInfo, mode: str = "ddp") -> torch.nn.Module:
-    """Wrap ``model`` for data parallelism: ``mode="ddp"`` -> ``DistributedDataParallel`` when
-    ``world_size > 1`` (unchanged otherwise); ``mode="none"`` never wraps. Raises ``ValueError`` otherwise."""
-    check_choice(mode, "mode", ("ddp", "none"))
+    """Wrap ``model`` (already on ``info.device``) for data parallelism when ``world_size > 1``:
+
+    - ``"ddp"``: ``DistributedDataParallel`` (gradients all-reduced, whole parameters on every rank);
+    - ``"fsdp2"``: ``fully_shard`` on every transformer block and the root (parameters become ``Shard(0)``
+      DTensors; build the optimizer AFTER wrapping, with ``world_size=info.world_size`` in
+      :func:`spectrakit.train.optimizers.build_optimizer` so that SPECTRA presets are sharded);
+    - ``"none"``: never wraps.
+
+    Both modes go through :func:`spectrakit.distributed.wrap_model` (``mode``, ``device=info.device``).
+    In a single process the model is returned unchanged.
+
+    Raises:
+        ValueError: ``mode`` not one of ``"ddp"``, ``"fsdp2"``, ``"none"``.
+    """
+    check_choice(mode, "mode", (*PARALLEL_MODES, "none"))
     if mode == "none" or not info.enabled:
         return model
-    ids = [info.device.index] if info.device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    from spectrakit.distributed import wrap_model as distributed_wrap
+
+    return distributed_wrap(model, mode, device=info.device)
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds FSDP2 (DTensor) parameters, i.e. needs the distributed checkpoint format."""
+    return any(hasattr(p, "device_mesh") and hasattr(p, "placements") for p in model.parameters())
 
 
 def all_reduce_mean(x: torch.Tensor, info: DistInfo) -> torch.Tensor:

@@ -6,6 +6,11 @@ divided by ``grad_accum``; DDP gradient sync only on the last one) -> optional g
 Every ``log_every`` steps the host synchronises once to log the mean training loss, gradient norm, LR,
 step time and tokens/s (JSONL/CSV); every ``eval_every`` steps (and at the end) the validation loss is
 computed on fixed windows; every ``ckpt_every`` steps a checkpoint allows exact resume.
+
+Data parallelism: DDP (rank 0 writes ``checkpoint.pt``) or FSDP2 (DTensor parameters; every rank writes
+its shards into the directory ``checkpoint/`` with
+:func:`~spectrakit.train.checkpoint.save_sharded_checkpoint`; the folder is rank 0's
+``ckpt_dir``/``out_dir``, broadcast to the other ranks).
 """
 
 from __future__ import annotations
@@ -22,8 +27,14 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar
 from spectrakit.data.batches import TokenBatches, eval_batches
-from spectrakit.train.checkpoint import load_checkpoint, save_checkpoint, unwrap
-from spectrakit.train.distributed import DistInfo, all_reduce_mean
+from spectrakit.train.checkpoint import (
+    load_checkpoint,
+    load_sharded_checkpoint,
+    save_checkpoint,
+    save_sharded_checkpoint,
+    unwrap,
+)
+from spectrakit.train.distributed import DistInfo, all_reduce_mean, is_sharded
 from spectrakit.train.logs import RunLogger
 
 
@@ -43,7 +54,10 @@ class TrainConfig:
         compile: wrap the model in ``torch.compile``.
         ckpt_every: steps between checkpoints (0: only at the end when ``out_dir`` is set), >= 0.
         out_dir: folder for ``metrics.jsonl``/``.csv`` and ``checkpoint.pt`` (``None``: keep in memory).
-        resume: checkpoint path to resume from (``None``: start fresh).
+        ckpt_dir: folder for checkpoints (``None``: ``out_dir``). Under FSDP2 rank 0's value is used on
+            every rank.
+        resume: checkpoint to resume from (``None``: start fresh): a ``checkpoint.pt`` file, or under
+            FSDP2 a ``checkpoint/`` directory (every rank must pass it).
         progress: show a tqdm bar (only when stderr is a TTY).
         stop_on_nan: stop when the logged training loss is not finite (marks the run ``diverged``).
     """
@@ -59,6 +73,7 @@ class TrainConfig:
     compile: bool = False
     ckpt_every: int = 0
     out_dir: str | None = None
+    ckpt_dir: str | None = None
     resume: str | None = None
     progress: bool = True
     stop_on_nan: bool = True
@@ -149,6 +164,26 @@ def _call(callbacks, hook: str, ctx: StepContext, device: torch.device) -> float
     return time.perf_counter() - t
 
 
+def _grad_norm(params: list[torch.Tensor], clip: float | None) -> torch.Tensor:
+    """Global L2 norm of the gradients (0-d tensor, no host sync), clipping them to ``clip`` when set.
+    FSDP2's DTensor norm is turned into a plain (replicated) tensor."""
+    if clip is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], foreach=True)
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+
+def _checkpoint(ckpt_dir, sharded, main, model, optimizer, scheduler, step, data) -> None:
+    """FSDP2: every rank writes ``ckpt_dir/checkpoint/``; else rank 0 writes ``ckpt_dir/checkpoint.pt``."""
+    if sharded:
+        save_sharded_checkpoint(os.path.join(ckpt_dir, "checkpoint"), model=model, optimizer=optimizer,
+                                scheduler=scheduler, step=step, data_state=data.state_dict())
+    elif main:
+        save_checkpoint(os.path.join(ckpt_dir, "checkpoint.pt"), model=model, optimizer=optimizer,
+                        scheduler=scheduler, step=step, data_state=data.state_dict())
+
+
 def train(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -173,11 +208,22 @@ def train(
     device = info.device
     core = unwrap(model)
     params = [p for p in core.parameters() if p.requires_grad]
+    sharded = info.enabled and is_sharded(core)
+    ckpt_dir = cfg.ckpt_dir or cfg.out_dir
+    if sharded:  # every rank writes its shards: all need rank 0's folder (out_dir is often rank 0's only)
+        box = [ckpt_dir]
+        torch.distributed.broadcast_object_list(box, src=0)
+        ckpt_dir = box[0]
     start = 0
     if cfg.resume:
-        state = load_checkpoint(
-            cfg.resume, model=core, optimizer=optimizer, scheduler=scheduler, map_location=device
-        )
+        if sharded:
+            state = load_sharded_checkpoint(
+                cfg.resume, model=core, optimizer=optimizer, scheduler=scheduler, map_location=device
+            )
+        else:
+            state = load_checkpoint(
+                cfg.resume, model=core, optimizer=optimizer, scheduler=scheduler, map_location=device
+            )
         data.load_state_dict(state["data"])
         start = int(state["step"])
     fwd = torch.compile(model) if cfg.compile else model
@@ -229,12 +275,7 @@ def train(
             window_loss += loss.detach() / cfg.grad_accum
         ctx = StepContext(step, core, optimizer)
         t0 += _call(callbacks, "before_step", ctx, device)
-        if cfg.grad_clip is not None:
-            window_gnorm += torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip, foreach=True)
-        else:
-            window_gnorm += torch.linalg.vector_norm(
-                torch.stack([torch.linalg.vector_norm(p.grad) for p in params if p.grad is not None])
-            )
+        window_gnorm += _grad_norm(params, cfg.grad_clip)
         optimizer.step()
         t0 += _call(callbacks, "after_step", ctx, device)
         if scheduler is not None:
@@ -271,28 +312,14 @@ def train(
                 break
             if step % cfg.eval_every == 0 and step < cfg.steps:
                 run_eval(step)
-            if cfg.out_dir and main and cfg.ckpt_every and step % cfg.ckpt_every == 0:
-                save_checkpoint(
-                    os.path.join(cfg.out_dir, "checkpoint.pt"),
-                    model=core,
-                    optimizer=optimizer,
-                    scheduler=scheduler,
-                    step=step,
-                    data_state=data.state_dict(),
-                )
+            if ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
+                _checkpoint(ckpt_dir, sharded, main, core, optimizer, scheduler, step, data)
             t0 = time.perf_counter()
     if bar is not None:
         bar.close()
     final = float("nan") if diverged else run_eval(step)
-    if cfg.out_dir and main and not diverged:
-        save_checkpoint(
-            os.path.join(cfg.out_dir, "checkpoint.pt"),
-            model=core,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            step=step,
-            data_state=data.state_dict(),
-        )
+    if ckpt_dir and not diverged:
+        _checkpoint(ckpt_dir, sharded, main, core, optimizer, scheduler, step, data)
     timed = windows_ms[1:] if len(windows_ms) > 1 else windows_ms
     step_ms = sum(ms * n for ms, n in timed) / max(1, sum(n for _, n in timed))
     return TrainResult(

@@ -22,7 +22,7 @@ import inspect
 import torch
 from torch import nn
 
-from spectrakit._checks import check_choice, check_scalar
+from spectrakit._checks import check_choice, check_int, check_scalar
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +114,7 @@ def build_optimizer(
     weight_decay: float = 0.1,
     c: float = 10.0,
     warmup_steps: int = 0,
+    world_size: int = 1,
     **overrides,
 ) -> torch.optim.Optimizer:
     """Optimizer ``name`` (a key of :data:`OPTIMIZERS`) over :func:`param_groups` of ``model``.
@@ -124,6 +125,11 @@ def build_optimizer(
         c: SPECTRA post-clip threshold, > 0 (paper default 10); passed only to SPECTRA variants.
         warmup_steps: LR warm-up length, passed to optimizers that take it (SPECTRA's "standard" clip
             schedule ``c_k = c * lr_peak / lr_k`` during warm-up).
+        world_size: number of data-parallel ranks, >= 1. When > 1, every :class:`spectrakit.optim.Spectra`
+            class (SPECTRA presets, Muon, the plain baselines of the pipeline) is replaced by
+            :func:`spectrakit.distributed.sharded` of it: each matrix's spectral transform is computed once
+            in the job, and FSDP2 (DTensor) parameters are supported. Build the optimizer after wrapping
+            the model (FSDP2 replaces the parameters).
         overrides: further keyword arguments for the optimizer class (e.g. ``betas``).
 
     Keyword arguments the class does not accept are dropped, so one call serves every optimizer.
@@ -135,7 +141,14 @@ def build_optimizer(
     check_scalar(lr, "lr", low=0, low_inclusive=False, allow_tensor=False)
     check_scalar(weight_decay, "weight_decay", low=0, allow_tensor=False)
     check_scalar(c, "c", low=0, low_inclusive=False, allow_tensor=False)
+    check_int(world_size, "world_size", low=1)
     cls = resolve_class(name)
+    if world_size > 1:
+        from spectrakit.distributed import sharded
+        from spectrakit.optim import Spectra
+
+        if issubclass(cls, Spectra):
+            cls = sharded(cls)
     kwargs = {
         **spec.kwargs,
         "lr": lr,

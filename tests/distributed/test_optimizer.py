@@ -50,12 +50,13 @@ def test_training_actually_moves_parameters(workers, references):
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
 @pytest.mark.parametrize("name", NAMES)
-def test_each_matrix_transformed_once_per_step_across_ranks(optim_results, name, mode):
+def test_each_matrix_transformed_once_per_step_across_ranks(workers, optim_results, name, mode):
     counts = [optim_results[r][(name, mode, "transformed")] for r in range(2)]
     if name == "AdamW":
         assert counts == [0, 0]
     else:
-        assert sum(counts) == N_MATRICES * 20
+        per_step = 2 if "pre_c" in workers.OPT_KW[name] else 1  # the pre-clip is sharded too
+        assert sum(counts) == per_step * N_MATRICES * 20
         assert min(counts) > 0  # the work is split, not repeated
 
 
@@ -90,8 +91,7 @@ def test_nonfinite_gradient_on_one_rank_skips_everywhere(optim_results):
 @pytest.mark.parametrize("key, expected", [
     ("partial", "unsupported DTensor placement Partial"),
     ("two_mesh_dims", "DTensor sharded on 2 mesh dims"),
-    ("pre_c", "pre_c (gradient pre-clipping) and vector_clip need the whole tensor"),
-    ("vector_clip", "pre_c (gradient pre-clipping) and vector_clip need the whole tensor"),
+    ("vector_clip", "sharded 1-D parameter: vector_clip needs the norm of the whole vector"),
     ("mars", "base='mars' is not supported under FSDP2"),
     ("bad_exchange", "replicated_exchange must be one of"),
     ("not_spectra", "optimizer_cls must be a subclass of spectrakit.optim.Spectra"),
@@ -99,6 +99,10 @@ def test_nonfinite_gradient_on_one_rank_skips_everywhere(optim_results):
 def test_unsupported_layouts_and_options_raise(optim_results, key, expected):
     msg = optim_results[0]["errors"][key]
     assert msg is not None and expected in msg, msg
+
+
+def test_pre_clip_and_matrix_vector_clip_accepted_on_shards(optim_results):
+    assert optim_results[0]["errors"]["matrix_vector_clip_pre_c_ok"] is None  # no longer refused
 
 
 def test_wrap_model_modes(optim_results):

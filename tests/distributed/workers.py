@@ -58,7 +58,9 @@ def loss_fn(model, x, y):
 # Muon's published bf16 Newton-Schulz amplifies the fp32 rounding of the all-reduced gradient (a different
 # summation order than one big batch) far beyond 1e-5 within 20 steps, with or without sharding (world
 # size 1 is bitwise equal, tested); the fp32 equivalence check therefore runs its iteration in fp32.
-OPT_KW = {"AdamW": dict(lr=1e-2), "SpectraAdamW": dict(lr=1e-2, c=0.5), "SpectraSignum": dict(lr=1e-2, c=1.0),
+# SpectraSignum also pre-clips the raw gradient (pre_c): the pre-clip goes through the same sharded hook.
+OPT_KW = {"AdamW": dict(lr=1e-2), "SpectraAdamW": dict(lr=1e-2, c=0.5),
+          "SpectraSignum": dict(lr=1e-2, c=1.0, pre_c=0.05, pre="soft_clip_exact"),
           "Muon": dict(lr=2e-2, post_dtype="float32")}
 
 
@@ -308,8 +310,9 @@ def optim_errors(rank: int, ws: int) -> dict:
                                                run_check=False))
     out["two_mesh_dims"] = _error(lambda: one_step(w2))
     w3 = torch.nn.Parameter(DTensor.from_local(torch.randn(4, 6), mesh, [Shard(0)], run_check=False))
-    out["pre_c"] = _error(lambda: one_step(w3, pre_c=1.0))
-    out["vector_clip"] = _error(lambda: one_step(w3, vector_clip=True))
+    v3 = torch.nn.Parameter(DTensor.from_local(torch.randn(3), mesh, [Shard(0)], run_check=False))
+    out["vector_clip"] = _error(lambda: one_step(v3, vector_clip=True))
+    out["matrix_vector_clip_pre_c_ok"] = _error(lambda: one_step(w3, vector_clip=True, pre_c=1.0))
     out["mars"] = _error(lambda: one_step(w3, base="mars"))
     out["bad_exchange"] = _error(lambda: sharded(O.SpectraAdamW)([w3], replicated_exchange="ring"))
     out["not_spectra"] = _error(lambda: sharded(torch.optim.AdamW))

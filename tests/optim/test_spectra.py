@@ -414,3 +414,60 @@ def test_torch_compile_step_matches_eager():
     for p, q in zip(ps, qs):
         torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-6)
     assert int(opt.skipped_steps) == int(ref.skipped_steps) == 1
+
+
+@pytest.mark.parametrize("scale", ["spectra", "muon", "auto", "none"])
+@pytest.mark.parametrize("m, n", [(0, 5), (5, 0), (0, 0)])
+def test_update_scale_of_empty_matrix_is_one(scale, m, n):
+    """An empty (m or n = 0) matrix has an empty update: the ratio scales give 1, not ZeroDivisionError."""
+    assert O.update_scale(scale, "soft_clip", m, n) == 1.0
+
+
+@pytest.mark.parametrize("m, n, exc", [(-1, 3, ValueError), (3, -2, ValueError), (3.0, 2, TypeError)])
+def test_update_scale_rejects_bad_shapes(m, n, exc):
+    with pytest.raises(exc, match="^m |^n "):
+        O.update_scale("spectra", "soft_clip", m, n)
+
+
+class _HookRecorder(O.Spectra):
+    """Records every call of the two matrix hooks and doubles alpha through the overridable scale."""
+
+    def __init__(self, *a, **k):
+        self.calls = []
+        super().__init__(*a, **k)
+
+    def _post_transform_groups(self, batches):
+        self.calls += [(b["stage"], b["post"], tuple(b["U"].shape), [id(p) for p in b["params"]])
+                       for b in batches]
+        return super()._post_transform_groups(batches)
+
+    def _update_scale(self, group, kind, shape, params):
+        return 2.0 * super()._update_scale(group, kind, shape, params)
+
+
+def test_hooks_get_params_and_pre_clip_and_alpha_is_overridable():
+    """The pre-clip goes through the hook (stage "pre", group's ``pre`` name) before the post-transform
+    (stage "post"); ``params`` are the batch's parameters in stacking order; doubling ``_update_scale``
+    doubles the applied update (checked against the plain optimizer's step)."""
+    shapes = [(6, 4), (5,), (6, 4), (3, 2, 2)]
+    init = [torch.randn(s, dtype=torch.float64) for s in shapes]
+    grads = [torch.randn(s, dtype=torch.float64) for s in shapes]
+    kw = dict(base="sgd", post="soft_clip_exact", lr=0.1, weight_decay=0.0, c=0.3, pre_c=0.5,
+              pre="hard_clip", momentum=0.0)
+    ps = [torch.nn.Parameter(x.clone()) for x in init]
+    qs = [torch.nn.Parameter(x.clone()) for x in init]
+    rec, plain = _HookRecorder(ps, **kw), O.Spectra(qs, **kw)
+    for p, q, g in zip(ps, qs, grads):
+        p.grad, q.grad = g.clone(), g.clone()
+    rec.step()
+    plain.step()
+    assert [(st, name, shape) for st, name, shape, _ in rec.calls] == [
+        ("pre", "hard_clip", (2, 6, 4)), ("post", "soft_clip_exact", (2, 6, 4)),
+        ("pre", "hard_clip", (1, 3, 4)), ("post", "soft_clip_exact", (1, 3, 4)),
+    ]
+    assert rec.calls[0][3] == [id(ps[0]), id(ps[2])] and rec.calls[2][3] == [id(ps[3])]
+    for p, q, x in zip(ps, qs, init):
+        torch.testing.assert_close(p.detach() - x, 2.0 * (q.detach() - x), atol=1e-12, rtol=1e-12)
+    # the pre-clip is the hard clip of the raw gradient at 0.5: the matrix update is post(hard(g))
+    want = _soft(0.3)(_hard(0.5)(grads[0]))
+    torch.testing.assert_close(qs[0].detach(), init[0] - 0.1 * 1.5 ** 0.5 * want, atol=1e-10, rtol=1e-10)

@@ -81,5 +81,6 @@ def test_single_process_setup_and_wrap_are_no_ops(monkeypatch):
     assert info == DistInfo() and info.is_main and not info.enabled
     model = torch.nn.Linear(2, 2)
     assert wrap_model(model, info) is model
-    with pytest.raises(ValueError, match="mode"):
+    assert wrap_model(model, info, mode="fsdp2") is model
+    with pytest.raises(ValueError, match="mode must be one of.*fsdp2"):
         wrap_model(model, info, mode="fsdp3")

@@ -71,8 +71,34 @@ def test_adamw_matches_torch_reference(make_model, tokens):
         (dict(name="adamw", lr=-1.0), ValueError, "lr"),
         (dict(name="spectra-adamw", c=0.0), ValueError, "c must be"),
         (dict(name="adamw", weight_decay=-0.1), ValueError, "weight_decay"),
+        (dict(name="adamw", world_size=0), ValueError, "world_size"),
+        (dict(name="adamw", world_size=2.0), TypeError, "world_size"),
     ],
 )
 def test_errors(make_model, kwargs, err, match):
     with pytest.raises(err, match=match):
         build_optimizer(model=make_model(0), **kwargs)
+
+
+@pytest.mark.parametrize("name", ["spectra-adamw", "muon", "adamw", "torch-adamw"])
+def test_world_size_selects_the_sharded_class(make_model, tokens, name):
+    """world_size > 1: every Spectra class becomes ``sharded(cls)`` (torch's AdamW stays as is); without a
+    process group the sharded optimizer steps exactly like the plain one (the 2-process equivalence is in
+    test_parallel.py)."""
+    from spectrakit.distributed import ShardedSpectraMixin
+    from spectrakit.optim import Spectra
+
+    models = [make_model(0), make_model(0)]
+    plain = build_optimizer(name, models[0])
+    shard = build_optimizer(name, models[1], world_size=2)
+    assert isinstance(shard, ShardedSpectraMixin) == isinstance(plain, Spectra)
+    assert isinstance(shard, type(plain))
+    data = TokenBatches(tokens, 2, 8, seed=0)
+    for i in range(2):
+        x, y = data.batch(i)
+        for model, opt in zip(models, (plain, shard)):
+            model(x, y)[1].backward()
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        assert torch.equal(a, b)
