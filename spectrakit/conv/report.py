@@ -2,7 +2,8 @@
 
 ``Lip(f_L o .. o f_1) <= prod_l Lip(f_l)``: Linear layers contribute ``||W||_2`` (warm-started power
 iteration), convolutions their TN bound (BatchNorm in eval mode folded into the preceding convolution:
-``K'[o] = K[o] gamma_o / sqrt(var_o + eps)``), a BatchNorm without a preceding convolution ``max |gamma/sqrt(var+eps)|``,
+``K'[o] = K[o] gamma_o / sqrt(var_o + eps)``), a BatchNorm without a preceding convolution
+``max |gamma/sqrt(var+eps)|``,
 and ReLU-type activations, flatten, dropout and average pooling 1. The product is a certified upper bound only
 for a sequential chain of such layers; for models with skip connections it is reported but flagged.
 """

@@ -45,7 +45,8 @@ def f4_bound(weight, *, stride=1, dilation=1, groups: int = 1, spatial_dims: int
     Same calling convention as :func:`~spectrakit.conv.tn_bound` (kernel tensor or ``nn.ConvNd``; stride,
     dilation, groups, spatial_dims). Default (``iters=None``, no ``state``): exact unfolding norms by SVD, state
     ``None``. Otherwise ``iters`` >= 1 warm-started power iterations per unfolding (default 1 with ``state``);
-    ``state``: the list of right vectors returned by the previous call. Returns ``(bound, state)``; ``bound`` is differentiable (gradient ``u v^T`` of the minimal
+    ``state``: the list of right vectors returned by the previous call.
+    Returns ``(bound, state)``; ``bound`` is differentiable (gradient ``u v^T`` of the minimal
     unfolding). Raises ``TypeError``/``ValueError`` like :func:`~spectrakit.conv.tn_bound`.
     """
     Q, geo = effective_kernel(weight, stride=stride, dilation=dilation, groups=groups, spatial_dims=spatial_dims,

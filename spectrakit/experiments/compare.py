@@ -26,7 +26,7 @@ from spectrakit.data.tokens import prepare, unigram_entropy
 from spectrakit.experiments.io import report
 from spectrakit.models.llama import PRESETS, Llama, preset_config
 from spectrakit.train.diagnostics import NoiseStructure, SpectralDiagnostics
-from spectrakit.train.distributed import DistInfo, barrier, setup, teardown, wrap_model
+from spectrakit.train.distributed import PARALLEL_MODES, DistInfo, barrier, setup, teardown, wrap_model
 from spectrakit.train.loop import TrainConfig, train
 from spectrakit.train.optimizers import OPTIMIZERS, build_optimizer
 from spectrakit.train.schedules import SCHEDULES, make_scheduler
@@ -110,6 +110,7 @@ class CompareOptions:
     noise_signal_batches: int = 16
     noise_samples: int = 8
     device: str | None = None
+    parallel: str = "ddp"
     compile: bool = False
     out: str | None = "runs/compare"
     progress: bool = True
@@ -141,6 +142,10 @@ class CompareOptions:
         check_int(base["warmup"], "warmup", low=0, high=base["steps"])
         if not self.seeds:
             raise ValueError("seeds must list at least one seed")
+        check_choice(self.parallel, "parallel", PARALLEL_MODES)
+        if self.parallel == "fsdp2" and self.noise_steps:
+            raise ValueError("noise_steps must be empty with parallel='fsdp2' (the noise analysis runs on "
+                             "rank 0 only and needs whole parameters)")
         return {**base, "setting": setting, "device": device}
 
 
@@ -168,9 +173,17 @@ def _run_one(
 ) -> dict:
     torch.manual_seed(seed)
     model_cfg = preset_config(cfg["preset"], splits.meta["vocab_size"], max_seq_len=cfg["seq_len"])
-    model = Llama(model_cfg).to(info.device)
+    # wrap BEFORE building the optimizer: FSDP2 replaces the parameters by DTensors; with several ranks
+    # the Spectra presets become spectrakit.distributed.sharded(...) (each matrix transformed once)
+    model = wrap_model(Llama(model_cfg).to(info.device), info, opts.parallel)
     optimizer = build_optimizer(
-        name, model, lr=opts.lr, weight_decay=opts.weight_decay, c=opts.c, warmup_steps=cfg["warmup"]
+        name,
+        model,
+        lr=opts.lr,
+        weight_decay=opts.weight_decay,
+        c=opts.c,
+        warmup_steps=cfg["warmup"],
+        world_size=info.world_size,
     )
     lr = optimizer.param_groups[0]["lr"]
     scheduler = make_scheduler(optimizer, total=cfg["steps"], warmup=cfg["warmup"], kind=opts.schedule)
@@ -198,7 +211,7 @@ def _run_one(
         log_every=min(10, cfg["steps"]),
     )
     res = train(
-        wrap_model(model, info),
+        model,
         optimizer,
         scheduler,
         data,
@@ -360,6 +373,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--noise-samples", type=int, default=8, help="single-sequence gradients per step")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
+    parser.add_argument(
+        "--parallel",
+        default="ddp",
+        choices=PARALLEL_MODES,
+        help="data parallelism under torchrun: ddp, or fsdp2 (sharded parameters, DCP checkpoints)",
+    )
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--out", default="runs/compare", help="folder for results, plots and per-run logs")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -390,6 +409,7 @@ def run(args: argparse.Namespace) -> int:
         noise_signal_batches=args.noise_signal_batches,
         noise_samples=args.noise_samples,
         device=args.device,
+        parallel=args.parallel,
         compile=args.compile,
         out=args.out,
         progress=not args.quiet,

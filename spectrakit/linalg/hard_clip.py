@@ -28,7 +28,7 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
 
-from ._util import compute_dtype, mT, threshold
+from ._util import compute_dtype, mT, threshold, tiny_for
 from .polar import sign_iteration, to_wide
 
 METHODS = ("polar", "nested", "exact")
@@ -63,10 +63,19 @@ def _hardcap_dilation(w: torch.Tensor, ts: torch.Tensor, cdt: torch.dtype, steps
     m, n = w.shape[-2:]
     work = torch.float32 if cdt == torch.bfloat16 else cdt
     wk = w.to(work)
-    k = wk / ts.to(work)
-    eye_m = torch.eye(m, dtype=work, device=w.device).expand(*k.shape[:-2], m, m)
-    eye_n = torch.eye(n, dtype=work, device=w.device).expand(*k.shape[:-2], n, n)
-    h = torch.cat([torch.cat([eye_m, k], -1), torch.cat([mT(k), eye_n], -1)], -2)
+    tw = ts.to(work)
+    # msign(H) = msign(H t / s) for s > 0: build H t / s = [[(t/s) I, W/s], [W^T/s, (t/s) I]] with
+    # s = max(t, max|W|), so no entry exceeds 1 (W / t overflowed to inf for t/max|W| < ~1e-38 in fp32,
+    # e.g. a threshold that underflows to 0 in the compute dtype)
+    sc = torch.maximum(tw, wk.abs().amax(dim=(-2, -1), keepdim=True)).clamp_min(tiny_for(work))
+    k = wk / sc
+    d = tw / sc
+    eye_m = d * torch.eye(m, dtype=work, device=w.device)
+    eye_n = d * torch.eye(n, dtype=work, device=w.device)
+    shape = torch.broadcast_shapes(k.shape[:-2], eye_m.shape[:-2])
+    k = k.expand(*shape, m, n)
+    h = torch.cat([torch.cat([eye_m.expand(*shape, m, m), k], -1),
+                   torch.cat([mT(k), eye_n.expand(*shape, n, n)], -1)], -2)
     s = _sign(h, cdt, steps)
     p, q = s[..., :m, :m], s[..., :m, m:]
     p = (p + mT(p)) / 2

@@ -88,8 +88,24 @@ def _exact_msign(x: torch.Tensor) -> torch.Tensor:
     return ((u * keep[..., None, :]) @ vh).to(x.dtype)
 
 
+NORMALIZATIONS = ("spectral_bound", "frobenius")
+# Keller Jordan's Muon: X / (||X||_F + 1e-7)
+FROBENIUS_EPS = 1e-7
+
+
+def _frobenius_iterate(x: torch.Tensor, coeffs) -> torch.Tensor:
+    """Muon's published loop on wide ``x`` (already in the compute dtype), no mixed precision, no flush:
+    ``X <- X / (||X||_F + 1e-7)``, then ``A = X X^T; B = b A + c A A; X <- a X + B X`` per step."""
+    x = x / (x.norm(dim=(-2, -1), keepdim=True) + FROBENIUS_EPS)
+    for a, b, c in coeffs:
+        g = x @ mT(x)
+        x = a * x + (b * g + c * g @ g) @ x
+    return x
+
+
 def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_express",
-          lower_bound: float | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+          lower_bound: float | None = None, dtype: torch.dtype | None = None,
+          normalize: str = "spectral_bound") -> torch.Tensor:
     """Polar factor ``msign(X) = U V^T`` of ``X = U S V^T`` (SPEC §1.1; seed 000 §5.1, seed 002 §2).
 
     Computed by odd quintic iterations ``X <- a X + (b A + c A^2) X``, ``A = X X^T`` in the wide
@@ -116,14 +132,20 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
         dtype: compute dtype (bfloat16/float32/float64); default: the input's (fp16 computes in fp32).
             With bfloat16 and the polar_express schedule the first 2 steps run in float32 (small singular
             values cannot be resolved in bf16 next to large ones). The result has the input dtype.
+        normalize: ``"spectral_bound"`` (default: Frobenius pre-scaling, then ``||A^2||_F^(1/4)``, see the
+            module docstring) or ``"frobenius"``: ``X / (||X||_F + 1e-7)`` in the compute dtype and the plain
+            loop ``A = X X^T; B = b A + c A A; X = a X + B X`` with no mixed precision. With
+            ``schedule="muon", dtype=torch.bfloat16`` this reproduces Keller Jordan's published Muon
+            Newton–Schulz exactly (bf16, 5 steps, tall inputs transposed).
 
     Raises:
         TypeError: X not a floating tensor, dtype unsupported.
-        ValueError: X with fewer than 2 dims or non-finite values, unknown schedule, steps < 1,
-            lower_bound outside (0, 1).
+        ValueError: X with fewer than 2 dims or non-finite values, unknown schedule or normalize,
+            steps < 1, lower_bound outside (0, 1).
     """
     check_tensor(X, "X", min_ndim=2)
     check_choice(schedule, "schedule", set(SCHEDULES) | {"exact"})
+    check_choice(normalize, "normalize", NORMALIZATIONS)
     if steps is not None:
         check_int(steps, "steps", low=1, high=100)
     if lower_bound is not None:
@@ -140,6 +162,9 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
         coeffs = polar_express_coeffs(lb, steps, safety_for(cdt))
     else:
         coeffs = SCHEDULES[schedule](steps, lower_bound)
+    if normalize == "frobenius":
+        out = _frobenius_iterate(x, coeffs)
+        return (mT(out) if transposed else out).to(X.dtype)
     dtypes = None
     if cdt == torch.bfloat16 and schedule == "polar_express":
         # small singular values need the first steps in fp32 (bf16 rounding of an iterate of norm ~1
@@ -181,6 +206,7 @@ def sign_iteration(x: torch.Tensor, *, lower_bound: float, tol: float, dtype: to
 
 
 def orthogonalize(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_express",
-                  lower_bound: float | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+                  lower_bound: float | None = None, dtype: torch.dtype | None = None,
+                  normalize: str = "spectral_bound") -> torch.Tensor:
     """``orthogonalize(X) = msign(X) = U V^T`` (SPEC §1.3); same arguments and errors as :func:`msign`."""
-    return msign(X, steps=steps, schedule=schedule, lower_bound=lower_bound, dtype=dtype)
+    return msign(X, steps=steps, schedule=schedule, lower_bound=lower_bound, dtype=dtype, normalize=normalize)

@@ -135,11 +135,18 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
     """Stacked polar route on wide x (m <= n), see the module docstring."""
     work = torch.float32 if cdt == torch.bfloat16 else cdt
     xw = x.to(work)
-    c_t = c if isinstance(c, torch.Tensor) else torch.full((1, 1), float(c), dtype=work, device=x.device)
-    c_t = c_t.to(work)
+    fx = frob(xw)
+    if isinstance(c, torch.Tensor):
+        c_t = c.to(work)
+    else:  # a threshold beyond the dtype's range (e.g. 1e60 in fp32) is clamped below, not overflowed
+        c_t = torch.full((1, 1), min(float(c), torch.finfo(work).max / 4), dtype=work, device=x.device)
+    if work != torch.float64:
+        # h_c(s) = s (1 - O(s^2/c^2)): any c >= 1e4 ||X||_F gives X to fp32 rounding; clamping keeps c and
+        # c / ||X||_F finite for thresholds at the top of (or beyond) the fp32 range
+        c_t = torch.minimum(c_t, 1e4 * fx)
     tiny = tiny_for(work)
     # pre-scale by f = max(||X||_F, c): entries of the Gram matrix stay <= 2, zero input is safe
-    f = torch.maximum(frob(xw), c_t).clamp_min(tiny)
+    f = torch.maximum(fx, c_t).clamp_min(tiny)
     y = mT(xw / f)  # (n, m) top block
     cp = c_t / f  # bottom block is cp * I
     eye = eye_like(y)
@@ -173,7 +180,9 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
                     gn = mT(y) @ y + mT(z) @ z + shifts[idx].to(y.dtype)[..., None, None] * eye.to(y.dtype)
                 gn = flush_tiny(gn.to(dt))
                 g2n = gn @ gn
-        p = a * eye.to(dt) + b * gn.to(dt) + cc * g2n.to(dt)
+        # p = a I + b G + c G^2: one fused pass for b G + c G^2, then a on the diagonal only
+        p = torch.addcmul(cc * g2n.to(dt), b, gn.to(dt))
+        p.diagonal(dim1=-2, dim2=-1).add_(a[..., 0])
         if t < tall:
             y = y.to(dt) @ p
             z = zs.to(dt) * p if t == 0 else z @ p
@@ -184,7 +193,7 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
                 gn = flush_tiny(p @ gn.to(dt)) @ p
     if r is not None:
         y = y.to(r.dtype) @ r
-    return c_t.to(y.dtype) * mT(y) if isinstance(c, torch.Tensor) else float(c) * mT(y)
+    return c_t * mT(y.to(work))  # in the work dtype: c near the fp32 maximum overflows bf16
 
 
 def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = None,

@@ -6,8 +6,15 @@ import pytest
 import torch
 from torch import nn
 
-from spectrakit.conv import (ConvRegularizer, TNRegularizer, channel_gram_kernel, dense_jacobian, f4_bound,
-                             lipschitz_report, tn_bound)
+from spectrakit.conv import (
+    ConvRegularizer,
+    TNRegularizer,
+    channel_gram_kernel,
+    dense_jacobian,
+    f4_bound,
+    lipschitz_report,
+    tn_bound,
+)
 from spectrakit.models.cnn import simple_cnn
 
 

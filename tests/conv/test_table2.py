@@ -1,4 +1,7 @@
-"""Seed 001 Table 2 rows that fit the CI budget (128 channels, 3x3/5x5/7x7, zero padding, 32x32 input)."""
+"""Seed 001 Table 2 rows that fit the CI budget (128 channels, 3x3/5x5/7x7, zero padding, 32x32 input).
+
+The published ratios come from one Gaussian kernel each; single kernels scatter by about +-0.05 around the
+mean ratio (measured), so each row compares the mean over 3 kernels with the published value (+-0.03)."""
 
 import pytest
 
@@ -8,7 +11,8 @@ from spectrakit.experiments.conv_bounds import PAPER, run
 @pytest.mark.slow
 @pytest.mark.parametrize("k", [3, 5, 7])
 def test_table2_row(k):
-    (row,) = run(channels=(128,), kernel_sizes=(k,), input_size=32, iters=100, exact_iters=300, seed=0)
+    (row,) = run(channels=(128,), kernel_sizes=(k,), input_size=32, iters=100, exact_iters=50, seed=0,
+                  samples=3)
     pt, pf, ptn = PAPER[(128, k)]
     assert abs(row["TN/exact"] - ptn / pt) < 0.03
     assert abs(row["F4/exact"] - pf / pt) < 0.03

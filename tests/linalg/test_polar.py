@@ -115,3 +115,40 @@ def test_invalid_arguments(bad, exc):
         msign(x, **bad)
     name = next(iter(bad), "X")
     assert name in str(info.value) or name == "dtype"
+
+
+def _keller_jordan_newton_schulz5(G: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+    """Hand-written copy of the published Muon loop (Keller Jordan, ``zeropower_via_newtonschulz5``)."""
+    a, b, c = (3.4445, -4.7750, 2.0315)
+    X = G.bfloat16()
+    if G.size(-2) > G.size(-1):
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)
+    for _ in range(steps):
+        A = X @ X.mT
+        B = b * A + c * A @ A
+        X = a * X + B @ X
+    if G.size(-2) > G.size(-1):
+        X = X.mT
+    return X
+
+
+@pytest.mark.parametrize("shape", [(32, 80), (80, 32), (48, 48), (3, 40, 24)])
+@pytest.mark.parametrize("in_dtype", [torch.float32, torch.bfloat16])
+def test_muon_frobenius_reproduces_published_loop_exactly(shape, in_dtype):
+    g = torch.randn(*shape).to(in_dtype)
+    ref = _keller_jordan_newton_schulz5(g)
+    out = msign(g, schedule="muon", normalize="frobenius", dtype=torch.bfloat16)
+    assert out.dtype == in_dtype and out.shape == g.shape
+    assert torch.equal(out.bfloat16(), ref)
+    # non-contiguous input and a different step count
+    gt = g.mT
+    assert torch.equal(orthogonalize(gt, schedule="muon", normalize="frobenius", dtype=torch.bfloat16,
+                                     steps=3).bfloat16(), _keller_jordan_newton_schulz5(gt, steps=3))
+    # the default spectral-bound normalisation is a different (tighter) start
+    assert not torch.equal(msign(g, schedule="muon", dtype=torch.bfloat16).bfloat16(), ref)
+
+
+def test_normalize_rejects_unknown():
+    with pytest.raises(ValueError, match="normalize"):
+        msign(torch.randn(4, 5), normalize="spectral")

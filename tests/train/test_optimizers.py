@@ -93,7 +93,7 @@ def test_world_size_selects_the_sharded_class(make_model, tokens, name):
     shard = build_optimizer(name, models[1], world_size=2)
     assert isinstance(shard, ShardedSpectraMixin) == isinstance(plain, Spectra)
     assert isinstance(shard, type(plain))
-    data = TokenBatches(tokens, 2, 8, seed=0)
+    data = TokenBatches(tokens[0], 2, 8, seed=0)
     for i in range(2):
         x, y = data.batch(i)
         for model, opt in zip(models, (plain, shard)):

@@ -69,3 +69,12 @@ def test_fsdp2_checkpoint_is_a_directory_written_by_every_rank_and_resumes_exact
         assert resumed["losses"] == straight["losses"][2:]
         for n, p in straight["params"].items():
             assert torch.equal(resumed["params"][n], p), n
+
+
+def test_load_sharded_checkpoint_without_rank_file_raises(tmp_path):
+    from spectrakit.train.checkpoint import load_sharded_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(FileNotFoundError, match="train_state_rank0.pt"):
+        load_sharded_checkpoint(str(tmp_path), model=model, optimizer=opt)
