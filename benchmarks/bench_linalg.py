@@ -112,7 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-hardcap", action="store_true", help="skip the (m+n)^3 dense-dilation hard clip")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch intra-op threads (0: torch's default); 1 avoids OpenMP over-subscription "
+                        "on a shared, loaded CPU")
     args = p.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if args.device == "auto" else args.device))
     shapes = args.shapes or (GPU_SHAPES if device.type == "cuda" else CPU_SHAPES)

@@ -46,28 +46,79 @@ def soft_clip_newton_schulz_flops(m: int, n: int, steps: int = 10) -> float:
     return 4.0 * m * m * n + steps * 6.0 * m**3
 
 
-def soft_clip_polar_flops(m: int, n: int, dtype: torch.dtype = torch.float32,
-                          steps: int | None = None) -> float:
-    """Stacked polar route of :func:`spectrakit.linalg.soft_clip` (tall steps, then Gram steps).
+# Dense matmul throughput of one H100 SXM (TFLOP/s, spec sheet, dense): bf16 tensor cores, TF32 tensor
+# cores, fp32 without tensor cores (torch's default for fp32 matmul), fp64 tensor cores.
+H100_TFLOPS = {torch.bfloat16: 990.0, "tf32": 495.0, torch.float32: 67.0, torch.float64: 67.0}
 
-    Step 0: ``G`` (2m^2n), ``G^2`` (2m^3), ``Y P`` (2m^2n). Tall steps: ``Y^T Y`` (2m^2n), ``Z^T Z``, ``G^2``,
-    ``Z P`` (2m^3 each), ``Y P`` (2m^2n). Switch: ``G`` from the tall matrix (2m^2n + 2m^3). Gram steps:
-    ``G^2`` (2m^3), ``R P`` (2m^3, not on the first), ``P G P`` (4m^3, not on the last). Output ``Y R``
-    (2m^2n). Default steps: 9 (7 with bf16).
+
+def soft_clip_polar_flops_by_dtype(m: int, n: int, dtype: torch.dtype = torch.float32,
+                                   steps: int | None = None) -> dict:
+    """Matmul FLOPs of :func:`spectrakit.linalg.soft_clip` (polar route), split by the dtype each product
+    runs in: ``{torch.float32: ..., torch.bfloat16: ...}`` (fp32/fp64 compute: one entry).
+
+    Per step (``mmn = 2 m^2 n``, ``m3 = 2 m^3``): step 0 ``G``, ``G^2``, ``Y P``: ``2 mmn + m3``. Tall steps:
+    ``Y^T Y``, ``Z^T Z``, ``G^2``, ``Z P``, ``Y P``: ``2 mmn + 3 m3``. Switch to the Gram phase: ``G`` from
+    the tall matrix (``mmn + m3``). Gram steps: ``G^2`` (m3), ``R P`` (m3, not on the first), ``P G P``
+    (2 m3, not on the last). Output ``Y R`` (mmn). With bf16 every step is tall and the first
+    ``BF16_FP32_STEPS`` (2) run in fp32; the Gram-phase products of fp32/fp64 run in that dtype.
     """
+    from .soft_clip import BF16_FP32_STEPS
+
     m, n = _wide(m, n)
     if steps is None:
         steps = BF16_DEFAULT_STEPS if dtype == torch.bfloat16 else DEFAULT_STEPS
     mmn, m3 = 2.0 * m * m * n, 2.0 * m**3
     tall = tall_steps(dtype, steps)
-    f = 2 * mmn + m3  # step 0
-    f += (tall - 1) * (2 * mmn + 3 * m3)
+    per_step = []
+    for t in range(tall):
+        per_step.append(2 * mmn + (m3 if t == 0 else 3 * m3))
     gram = steps - tall
     if gram > 0:
-        f += mmn + m3  # switch
-        f += gram * m3 + (gram - 1) * m3 + (gram - 1) * 2 * m3
-        f += mmn  # output Y R
-    return f  # (all-tall: the output is the top block itself, no extra product)
+        per_step[-1] += mmn + m3  # switch (charged to the last tall step's dtype)
+        for g in range(gram):
+            per_step.append(m3 + (m3 if g > 0 else 0.0) + (2 * m3 if g < gram - 1 else 0.0))
+        per_step[-1] += mmn  # output Y R
+    out: dict = {}
+    for t, f in enumerate(per_step):
+        dt = dtype if (dtype != torch.bfloat16 or t >= BF16_FP32_STEPS) else torch.float32
+        out[dt] = out.get(dt, 0.0) + f
+    return out
+
+
+def soft_clip_polar_flops(m: int, n: int, dtype: torch.dtype = torch.float32,
+                          steps: int | None = None) -> float:
+    """Total matmul FLOPs of the stacked polar route of :func:`spectrakit.linalg.soft_clip` (the sum of
+    :func:`soft_clip_polar_flops_by_dtype`); default steps 9 (7 with bf16, all on the tall matrix)."""
+    return sum(soft_clip_polar_flops_by_dtype(m, n, dtype, steps).values())
+
+
+def model_time_s(flops_by_dtype: dict, tflops: dict | None = None, *, fp32_as: str | torch.dtype = torch.float32,
+                 ) -> float:
+    """Time (s) of a FLOP split on a device whose per-dtype matmul throughput is ``tflops`` (default
+    :data:`H100_TFLOPS`); ``fp32_as="tf32"`` charges fp32 products at the TF32 rate (only valid when the
+    caller enables TF32, which changes the accuracy). Ignores element-wise work and launch overhead."""
+    rates = H100_TFLOPS if tflops is None else tflops
+    total = 0.0
+    for dt, f in flops_by_dtype.items():
+        key = fp32_as if dt == torch.float32 else dt
+        total += f / (rates[key] * 1e12)
+    return total
+
+
+def soft_clip_vs_paper_model(m: int, n: int, dtype: torch.dtype = torch.bfloat16,
+                             tflops: dict | None = None) -> dict:
+    """Dtype-weighted cost model of our soft clip against the paper's Newton–Schulz (all products in
+    ``dtype``, 10 steps): FLOP ratio and modelled time ratio (fp32 at the non-tensor rate and at TF32)."""
+    ours = soft_clip_polar_flops_by_dtype(m, n, dtype)
+    paper = {dtype: soft_clip_newton_schulz_flops(m, n)}
+    out = {"flops_ratio": sum(ours.values()) / paper[dtype]}
+    for name, as_ in (("time_ratio_fp32", torch.float32), ("time_ratio_tf32", "tf32")):
+        out[name] = model_time_s(ours, tflops, fp32_as=as_) / model_time_s(paper, tflops, fp32_as=as_)
+    if dtype == torch.bfloat16:
+        # candidate (not shipped): the fp32 steps as 3 bf16 products of hi/lo splits, fp32 accumulation
+        split = {torch.bfloat16: ours.get(torch.bfloat16, 0.0) + 3 * ours.get(torch.float32, 0.0)}
+        out["time_ratio_split_bf16"] = model_time_s(split, tflops) / model_time_s(paper, tflops)
+    return out
 
 
 def hardcap_flops(m: int, n: int, dtype: torch.dtype = torch.float32, steps: int | None = None) -> float:

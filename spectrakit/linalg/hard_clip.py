@@ -17,6 +17,13 @@ numerically rank-deficient fp32 matrix) are raised only partly, to a value in ``
 The ``"exact"`` SVD route maps
 every one of the ``min(m, n)`` singular values, zeros included, into ``[lo, hi]``.
 
+Beyond the accurate range: ``hardcap_t = t (g(1 + r) - g(1 - r)) / 2`` per singular value (``r = s/t``,
+``g(x) = x sign_approx(x)``), so a sign that is not resolved for ``|1 - r| < l (1 + r_max)`` over-shoots by
+at most ``~ l (t + s_max) / 2`` (``l`` the sign's relative lower bound, 1e-6, or the dtype's rounding):
+an absolute error in units of ``||W||``, not of ``t``. For ``s_max / t >~ 1e5`` (fp32) the output norm
+can exceed ``t`` by that amount (measured 1.03-1.3 t at 1e6); it stays finite for any threshold (the
+dilation is built as ``[[t/s I, W/s], [W^T/s, t/s I]]`` with ``s = max(t, max|W|)``).
+
 The nested formula ``hardcap_t(W) = (t O + W - (t O - W) msign(t O - W)^T O) / 2`` with
 ``O = msign(W)`` (method ``"nested"``) needs two sequential polar factors of ``m x n`` matrices only, but
 is numerically unstable when ``s_max / t`` is large (it fails from ~100 in bf16): documented, not default.

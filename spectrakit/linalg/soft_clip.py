@@ -11,6 +11,13 @@ Three methods:
   tall matrix itself (``B <- B p(B^T B)``, recomputing the Gram matrix from ``B`` so its errors are
   multiplied by ``B`` and small singular values keep their relative accuracy); once the condition
   number has dropped (``l >~ 0.03``), the remaining steps run on the ``m x m`` Gram matrix only.
+  Safety beyond the accurate range (issue 2): the last polynomial of every grid schedule is divided by
+  the schedule's tracked maximum ``hi_final`` (up to 1.85 when the iteration has not converged, else
+  ``1 + ~1e-6``), so output singular values never exceed ``min(s, c)`` in exact arithmetic (observed:
+  ``<= c (1 + 1e-4)`` in fp32, ``(1 + 1.1e-2)`` in bf16, up to ``sigma_max/c = 1e30``); beyond the range
+  the result under-shoots. Grid points whose lower bound after the tall steps is below the Gram phase's
+  resolution get the Gram matrix shifted by ``delta I`` (a contraction, see ``GRAM_SHIFT``); bf16 never
+  uses the Gram phase; thresholds beyond the fp32 range are clamped to ``1e4 ||X||_F`` (no change).
 - ``"newton_schulz"``: the paper's Algorithm 1 + Algorithm 3 (coupled Newton–Schulz inverse square
   root, 10 steps), kept as the reference baseline; its ``if s_max <= c: return X`` is a ``torch.where``.
 - ``"exact"``: float64 SVD.
@@ -98,8 +105,10 @@ def tall_steps(cdt: torch.dtype, steps: int) -> int:
 
 def _soft_clip_vector(x: torch.Tensor, c, cdt: torch.dtype) -> torch.Tensor:
     """``x c / sqrt(c^2 + ||x||^2)``, with every quantity scaled by ``max(max|x|, c)`` (no overflow)."""
-    xc = x.to(cdt)
-    c_t = torch.as_tensor(c, dtype=cdt, device=x.device)
+    xc = x.to(cdt if cdt == torch.float64 else torch.float32)
+    c_t = torch.as_tensor(c, dtype=torch.float64, device=x.device)
+    # a threshold beyond the compute range (1e60 in fp32 was inf -> nan) is clamped to finfo.max / 4
+    c_t = c_t.clamp_max(torch.finfo(xc.dtype).max / 4).to(xc.dtype)
     amax = xc.abs().amax()
     s = torch.maximum(amax, c_t)
     r = torch.linalg.vector_norm(xc / s)
@@ -143,7 +152,7 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
     if work != torch.float64:
         # h_c(s) = s (1 - O(s^2/c^2)): any c >= 1e4 ||X||_F gives X to fp32 rounding; clamping keeps c and
         # c / ||X||_F finite for thresholds at the top of (or beyond) the fp32 range
-        c_t = torch.minimum(c_t, 1e4 * fx)
+        c_t = torch.minimum(c_t, (1e4 * fx).clamp_min(tiny_for(work)))
     tiny = tiny_for(work)
     # pre-scale by f = max(||X||_F, c): entries of the Gram matrix stay <= 2, zero input is safe
     f = torch.maximum(fx, c_t).clamp_min(tiny)
@@ -214,9 +223,12 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
             (e.g. shape ``(B,)`` for ``X`` of shape ``(B, m, n)``: one threshold per matrix).
         method: "polar", "newton_schulz" or "exact".
         steps: iterations (1..100); default 9 (polar, enough for ``l >= ~3e-5``; 7 with bf16, enough for
-            ``sigma_max / c <= 1e3``) or 10 (newton_schulz).
+            ``sigma_max / c <= 1e3``) or 10 (newton_schulz). Beyond the accurate range, or with fewer
+            steps, the polar route under-shoots: output singular values stay ``<= min(s, c)`` up to
+            rounding, whatever ``sigma_max / c`` (tested from 1e-30 to 1e30).
         dtype: compute dtype; bfloat16 runs the first two polar steps in float32 and the rest in bf16, all
-            on the tall stacked matrix (fp32/fp64: 3/2 tall steps, the rest on the Gram matrix).
+            on the tall stacked matrix, whatever ``steps`` (fp32/fp64: 3/2 tall steps, the rest on the
+            Gram matrix).
             Default: the input dtype. The output has the input dtype.
 
     Raises:

@@ -145,3 +145,19 @@ def test_eig_functions_finite_at_any_scale(dtype):
             if dtype != torch.bfloat16 and ratio <= 1e3:
                 ev = torch.linalg.eigvalsh(outs[0].double())
                 assert float(ev.abs().max()) <= t * (1 + 1e-3) + 1e-5 * lmax
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_soft_clip_vector_and_thresholds_beyond_dtype_range(dtype):
+    """c = 1e60 overflowed to inf in fp32 (nan output); now h_c is the identity there."""
+    g = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(5)).to(dtype)
+    for c in (1e-60, 1e-30, 1.0, 1e39, 1e60, 1e300):
+        out = soft_clip(g, c)
+        assert torch.isfinite(out).all() and out.dtype == dtype
+        n = float(g.double().norm())
+        assert float(out.double().norm()) <= min(c, n) * (1 + OVER[dtype]) + 4 * torch.finfo(dtype).tiny
+    assert torch.equal(soft_clip(g, 1e60), g)
+    x = torch.randn(6, 9, dtype=torch.float64).to(dtype)
+    out = soft_clip(x, 1e60)
+    assert torch.isfinite(out).all()
+    assert float((out.double() - x.double()).norm()) <= OVER[dtype] * float(x.double().norm())
