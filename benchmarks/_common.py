@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-import time
 from collections.abc import Callable
 
 import torch
+
+from spectrakit.linalg.timing import time_ms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_MD = os.path.join(ROOT, "docs", "BENCHMARKS.md")
@@ -21,25 +22,8 @@ def sync(device: torch.device | str) -> None:
 
 
 def time_fn(fn: Callable[[], object], device: torch.device | str, *, warmup: int = 2, reps: int = 5) -> float:
-    """Median wall time of ``fn()`` in milliseconds (device-synchronised)."""
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    times = []
-    for _ in range(reps):
-        if torch.device(device).type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return times[len(times) // 2]
+    """Median wall time of ``fn()`` in ms, device-synchronised (:func:`spectrakit.linalg.timing.time_ms`)."""
+    return time_ms(fn, device, warmup=warmup, reps=reps)
 
 
 def command_line() -> str:
