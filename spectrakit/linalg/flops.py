@@ -85,6 +85,29 @@ def soft_clip_polar_flops_by_dtype(m: int, n: int, dtype: torch.dtype = torch.fl
     return out
 
 
+def soft_clip_fast_flops_by_dtype(m: int, n: int, steps: int | None = None,
+                                  dtype: torch.dtype = torch.float32) -> dict:
+    """Matmul FLOPs of the fast Gram-only route ``soft_clip(X, c, tall_steps=0)``, as ``{dtype: flops}``.
+
+    ``G = X X^T + c^2 I`` (mmn = 2 m^2 n) and ``G^2`` (m3 = 2 m^3); step 0: ``P G P`` (2 m3); middle steps:
+    ``G^2``, ``R P``, ``P G P`` (4 m3); last step: ``G^2``, ``R P`` (2 m3); output ``Y R`` (mmn). Total
+    ``2 mmn + (4 steps - 3) m3`` (default 6 steps: ``4 m^2 n + 42 m^3``, below the paper's
+    ``4 m^2 n + 60 m^3``). Every product runs in the compute dtype (fp32 or fp64): one entry.
+    """
+    from .soft_clip import FAST_STEPS
+
+    m, n = _wide(m, n)
+    steps = FAST_STEPS if steps is None else steps
+    mmn, m3 = 2.0 * m * m * n, 2.0 * m**3
+    per_step = []
+    for t in range(steps):
+        f = (m3 if t > 0 else 0.0) + (m3 if t > 0 else 0.0) + (2 * m3 if t < steps - 1 else 0.0)
+        per_step.append(f)
+    per_step[0] += mmn + m3
+    per_step[-1] += mmn  # output Y R
+    return {dtype: sum(per_step)}
+
+
 def soft_clip_polar_flops(m: int, n: int, dtype: torch.dtype = torch.float32,
                           steps: int | None = None) -> float:
     """Total matmul FLOPs of the stacked polar route of :func:`spectrakit.linalg.soft_clip` (the sum of

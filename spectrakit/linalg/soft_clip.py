@@ -18,6 +18,9 @@ Three methods:
   the result under-shoots. Grid points whose lower bound after the tall steps is below the Gram phase's
   resolution get the Gram matrix shifted by ``delta I`` (a contraction, see ``GRAM_SHIFT``); bf16 never
   uses the Gram phase; thresholds beyond the fp32 range are clamped to ``1e4 ||X||_F`` (no change).
+  ``tall_steps=0`` (issue 3): the fast Gram-only variant, every step on the fp32 ``m x m`` Gram matrix
+  ``X X^T + c^2 I`` (``FAST_STEPS`` = 6 steps, ``4 m^2 n + 42 m^3`` FLOPs, below the paper's Newton-Schulz),
+  accurate to 1e-3 for ``sigma_max/c <= FAST_MAX_RATIO`` (300), a safe under-shoot beyond.
 - ``"newton_schulz"``: the paper's Algorithm 1 + Algorithm 3 (coupled Newton–Schulz inverse square
   root, 10 steps), kept as the reference baseline; its ``if s_max <= c: return X`` is a ``torch.where``.
 - ``"exact"``: float64 SVD.
@@ -45,6 +48,16 @@ BF16_DEFAULT_STEPS = 7
 # measured to diverge in bf16 (rounding errors of P G P exceed the schedule's safety margin).
 # (measured: with steps=13 a bf16 Gram phase overflowed for a rank-1 input). ``None``: every step is tall.
 TALL_STEPS = {torch.float64: 2, torch.float32: 3, torch.bfloat16: None}
+# Fast Gram-only route (tall_steps=0): default steps, and the largest sigma_max / c it is specified for
+# (fp32 relative Frobenius error <= 1e-3, tested): rounding of the fp32 Gram matrix X X^T + c^2 I is
+# ~eps sigma_max^2, i.e. relative ~eps (sigma_max/c)^2 on its smallest eigenvalue c^2.
+FAST_STEPS = 6
+# Gram shift of the fast route: only grid points with l^2 < FAST_GRAM_MIN_EIG (sigma_max / c >~ 1e3, beyond
+# the specified range) get G + GRAM_SHIFT I. With the default route's threshold (1e-5) the shift reached
+# ratio 300 and cost 1.2e-2 accuracy there (measured); without any shift a rank-deficient input far beyond
+# the range can overflow.
+FAST_GRAM_MIN_EIG = 1e-7
+FAST_MAX_RATIO = 300.0
 # Leading steps computed in float32 when computing in bfloat16.
 BF16_FP32_STEPS = 2
 
@@ -74,8 +87,10 @@ def _grid_tables(steps: int, safety: float, tall: int, cdt: torch.dtype,
         rows = [list(t) for t in co]
         rows[-1] = [v / hi_final for v in rows[-1]]
         table.append(rows)
-        lo_switch = iv[tall - 1][0] if 0 < tall < steps else 1.0
-        need = cdt in GRAM_SHIFT and lo_switch**2 < GRAM_MIN_EIG[cdt]
+        # lower bound of the spectrum when the Gram phase starts (tall == 0: the input's own bound g)
+        lo_switch = g if tall == 0 else (iv[tall - 1][0] if tall < steps else 1.0)
+        floor = FAST_GRAM_MIN_EIG if (tall == 0 and cdt == torch.float32) else GRAM_MIN_EIG.get(cdt, 0.0)
+        need = cdt in GRAM_SHIFT and lo_switch**2 < floor
         shifts.append(GRAM_SHIFT[cdt] if need else 0.0)
     return list(grid), table, shifts
 
@@ -140,8 +155,9 @@ def _newton_schulz(x: torch.Tensor, c, steps: int) -> torch.Tensor:
     return torch.where(s2 <= c2, x, out)
 
 
-def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
-    """Stacked polar route on wide x (m <= n), see the module docstring."""
+def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype, tall: int | None = None) -> torch.Tensor:
+    """Stacked polar route on wide x (m <= n), see the module docstring; ``tall``: leading tall steps
+    (None: :func:`tall_steps`)."""
     work = torch.float32 if cdt == torch.bfloat16 else cdt
     xw = x.to(work)
     fx = frob(xw)
@@ -159,12 +175,12 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
     y = mT(xw / f)  # (n, m) top block
     cp = c_t / f  # bottom block is cp * I
     eye = eye_like(y)
+    tall = tall_steps(cdt, steps) if tall is None else min(tall, steps)
     g = mT(y) @ y + (cp * cp) * eye
     g2 = g @ g
     lam = frob(g2).sqrt()  # >= lambda_max(G) (within sqrt(m))
     sig = lam.sqrt()
     lower = (cp / sig).clamp(0, 1)  # lower bound of sigma_min / sigma_up of B
-    tall = tall_steps(cdt, steps)
     grid, table, shifts = _grid_tensors(steps, x.device, safety_for(cdt), tall, cdt)
     idx = (torch.searchsorted(grid, lower[..., 0, 0].float().contiguous(), right=True) - 1).clamp_min(0)
     coeffs = table[idx].to(work)  # (..., steps, 3)
@@ -173,6 +189,10 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
     z = None
     zs = cp / sig
     gn, g2n = g / lam, g2 / (lam * lam)
+    if tall == 0:  # Gram-only: the shift of the grid point goes on the input Gram matrix (exact algebra)
+        d = shifts[idx].to(work)[..., None, None]
+        g2n = g2n + 2 * d * gn + (d * d) * eye
+        gn = gn + d * eye
     r = None
     for t in range(steps):
         dt = work if (cdt != torch.bfloat16 or t < BF16_FP32_STEPS) else torch.bfloat16
@@ -181,7 +201,7 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
         if t > 0:
             y = y.to(dt)
             z = z.to(dt) if z is not None else None
-            if t < tall:
+            if t < tall:  # (t > 0 here)
                 gn = flush_tiny(mT(y) @ y + mT(z) @ z)
                 g2n = gn @ gn
             else:
@@ -206,7 +226,7 @@ def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype) -> torch.Tensor:
 
 
 def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = None,
-              dtype: torch.dtype | None = None) -> torch.Tensor:
+              dtype: torch.dtype | None = None, tall_steps: int | None = None) -> torch.Tensor:
     """Soft spectral clip ``H_c(X) = (I + X X^T / c^2)^(-1/2) X`` (SPEC §1.2, seed 000 §5.1, Alg. 1).
 
     Singular values map ``s -> s / sqrt(1 + s^2/c^2)`` (always ``<= min(s, c)``); singular vectors are kept.
@@ -226,6 +246,12 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
             ``sigma_max / c <= 1e3``) or 10 (newton_schulz). Beyond the accurate range, or with fewer
             steps, the polar route under-shoots: output singular values stay ``<= min(s, c)`` up to
             rounding, whatever ``sigma_max / c`` (tested from 1e-30 to 1e30).
+        tall_steps: polar only: number of leading steps iterated on the tall stacked matrix, 0..steps
+            (None: 3 in fp32, 2 in fp64, all in bf16). ``0`` is the fast Gram-only route
+            (:data:`FAST_STEPS` steps by default, see :data:`FAST_MAX_RATIO`): every step runs on the
+            ``m x m`` Gram matrix ``X X^T + c^2 I``, the FLOPs drop below the paper's Newton-Schulz,
+            and fp32 rounding of the Gram matrix limits the accuracy to ``sigma_max / c <= ~300``
+            (measured table in docs/linalg.md). Values < ``steps`` need a float32/float64 compute dtype.
         dtype: compute dtype; bfloat16 runs the first two polar steps in float32 and the rest in bf16, all
             on the tall stacked matrix, whatever ``steps`` (fp32/fp64: 3/2 tall steps, the rest on the
             Gram matrix).
@@ -234,7 +260,8 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
     Raises:
         TypeError: X not a floating tensor; c not a number/tensor; unsupported dtype.
         ValueError: non-finite X, c <= 0 or non-finite, tensor c not broadcastable to the batch shape,
-            unknown method, steps out of range.
+            unknown method, steps out of range, tall_steps out of 0..steps, tall_steps < steps with a
+            bfloat16 compute dtype (the bf16 Gram phase diverges).
     """
     check_tensor(X, "X", min_ndim=1)
     check_choice(method, "method", METHODS)
@@ -257,7 +284,13 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
         out = _newton_schulz(x.to(cdt), ct, 10 if steps is None else steps)
     else:
         if steps is None:
-            steps = BF16_DEFAULT_STEPS if cdt == torch.bfloat16 else DEFAULT_STEPS
-        out = _polar(x, ct, steps, cdt)
+            steps = (BF16_DEFAULT_STEPS if cdt == torch.bfloat16
+                     else FAST_STEPS if tall_steps == 0 else DEFAULT_STEPS)
+        if tall_steps is not None:
+            check_int(tall_steps, "tall_steps", low=0, high=steps)
+            if cdt == torch.bfloat16 and tall_steps < steps:
+                raise ValueError(f"tall_steps must equal steps ({steps}) with a bfloat16 compute dtype "
+                                 f"(the bf16 Gram phase diverges), got {tall_steps}; use dtype=torch.float32")
+        out = _polar(x, ct, steps, cdt, tall_steps)
     out = mT(out) if transposed else out
     return out.to(X.dtype)

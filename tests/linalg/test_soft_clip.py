@@ -7,6 +7,7 @@ import torch
 from spectrakit._checks import no_value_checks
 from spectrakit.linalg import soft_clip
 from spectrakit.linalg._testing import matrix_with_spectrum, np64, rel_err, spiked, svd_map
+from spectrakit.linalg.soft_clip import FAST_MAX_RATIO
 
 SHAPES = [(64, 192), (96, 96), (128, 48)]
 RATIOS = [1e-2, 1.0, 30.0, 300.0, 1e3, 1e4]
@@ -192,3 +193,101 @@ def test_invalid_arguments(args, exc, name):
 def test_np64_helper_roundtrip():
     x = torch.randn(3, 4)
     assert np.allclose(np64(x), x.double().numpy())
+
+
+# ---- fast Gram-only route: soft_clip(..., tall_steps=0) ----------------------------------------------------
+FAST_RATIOS = [1e-2, 1.0, 10.0, 100.0, FAST_MAX_RATIO]
+
+
+@pytest.mark.parametrize("shape", [(128, 512), (96, 96), (160, 40)])
+@pytest.mark.parametrize("kind", ["gauss", "spike", "illcond"])
+def test_fast_fp32_accuracy_up_to_300(shape, kind):
+    x = _input(shape, kind).float()
+    smax = float(torch.linalg.matrix_norm(x.double(), 2))
+    for ratio in FAST_RATIOS:
+        c = smax / ratio
+        err = rel_err(soft_clip(x, c, tall_steps=0), _oracle(x, c))
+        assert err <= 1e-3, (ratio, err)
+
+
+def test_fast_bf16_input_fp32_compute():
+    x = torch.randn(64, 192, dtype=torch.float64).bfloat16()
+    smax = float(torch.linalg.matrix_norm(x.double(), 2))
+    out = soft_clip(x, smax / 100, tall_steps=0, dtype=torch.float32)
+    assert out.dtype == torch.bfloat16
+    assert rel_err(out, _oracle(x, smax / 100)) <= 1e-2  # bf16 output rounding (2^-8)
+
+
+@pytest.mark.parametrize("kind", ["rank1", "gauss", "zero"])
+@pytest.mark.parametrize("ratio", [1e-30, 1e3, 1e6, 1e12, 1e30])
+def test_fast_beyond_range_is_a_safe_undershoot(kind, ratio):
+    g = torch.Generator().manual_seed(3)
+    m, n = 48, 144
+    if kind == "rank1":
+        x = torch.randn(m, 1, generator=g) @ torch.randn(1, n, generator=g)
+    elif kind == "zero":
+        x = torch.zeros(m, n)
+    else:
+        x = torch.randn(m, n, generator=g)
+    smax = float(torch.linalg.matrix_norm(x.double(), 2)) or 1.0
+    c = smax / ratio
+    out = soft_clip(x, c, tall_steps=0)
+    assert torch.isfinite(out).all()
+    top = float(torch.linalg.matrix_norm(out.double(), 2))
+    assert top <= min(smax, c) * (1 + 1e-4) + 1e-30
+
+
+def test_fast_batched_per_matrix_threshold_and_noncontiguous():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 40, 100, generator=g, dtype=torch.float64)
+    x[1] *= 1e6
+    x[2, :, 0] = 0
+    c = torch.tensor([0.1, 3e5, 50.0], dtype=torch.float64)
+    xt = x.float().transpose(-2, -1)  # non-contiguous tall inputs
+    out = soft_clip(xt, c, tall_steps=0)
+    for i in range(3):
+        assert rel_err(out[i], _oracle(xt[i], float(c[i]))) <= 1e-3
+
+
+def test_fast_matches_tall_route_in_fp64():
+    x = spiked(64, 128, 1e4)
+    smax = float(torch.linalg.matrix_norm(x, 2))
+    fast = soft_clip(x, smax / 300, tall_steps=0)
+    assert rel_err(fast, _oracle(x, smax / 300)) <= 1e-6
+
+
+@pytest.mark.parametrize("bad", [-1, 10, 1.5])
+def test_tall_steps_validation(bad):
+    x = torch.randn(8, 16)
+    with pytest.raises((ValueError, TypeError), match="tall_steps"):
+        soft_clip(x, 1.0, tall_steps=bad, steps=9)
+
+
+def test_tall_steps_bf16_rejected():
+    with pytest.raises(ValueError, match="tall_steps"):
+        soft_clip(torch.randn(8, 16), 1.0, tall_steps=0, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("tall", [1, 2, 3])
+def test_explicit_tall_steps_fp32_accurate(tall):
+    x = spiked(64, 192, 1e4).float()
+    smax = float(torch.linalg.matrix_norm(x.double(), 2))
+    for ratio in (1.0, 300.0, 1e3):
+        c = smax / ratio
+        assert rel_err(soft_clip(x, c, tall_steps=tall), _oracle(x, c)) <= 1e-3, (tall, ratio)
+
+
+@pytest.mark.parametrize("shape", [(64, 256), (96, 96), (200, 50)])
+@pytest.mark.parametrize("steps", [None, 4])
+def test_fast_flop_count_matches_issued_products(shape, steps):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from spectrakit.linalg.flops import soft_clip_fast_flops_by_dtype, soft_clip_newton_schulz_flops
+
+    x = torch.randn(*shape)
+    with FlopCounterMode(display=False) as fc:
+        soft_clip(x, 0.5, tall_steps=0, steps=steps)
+    model = sum(soft_clip_fast_flops_by_dtype(*shape, steps=steps).values())
+    assert fc.get_total_flops() == model
+    if steps is None:  # default: below the paper's 10-step Newton-Schulz
+        assert model < soft_clip_newton_schulz_flops(*shape)
