@@ -116,6 +116,9 @@ def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
         ),
         "spectrakit AdamW": lambda ps: AdamW(ps, lr=1e-3),
         "SpectraAdamW": lambda ps: SpectraAdamW(ps, lr=1e-3, post_dtype=post_dtype),
+        "SpectraAdamW (soft_clip_accurate)": lambda ps: SpectraAdamW(
+            ps, lr=1e-3, post="soft_clip_accurate", post_dtype=post_dtype
+        ),
         "SpectraAdamW (soft_clip_ns)": lambda ps: SpectraAdamW(
             ps, lr=1e-3, post="soft_clip_ns", post_dtype=post_dtype
         ),

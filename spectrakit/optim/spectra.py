@@ -74,7 +74,8 @@ class Spectra(torch.optim.Optimizer):
         weight_decay: decoupled weight decay ``wd`` >= 0 (applied as ``(1 - lr wd)``).
         c: clip threshold > 0 of the post-transform (ignored by ``orthogonalize``/``none``).
         pre_c: threshold > 0 of the pre-transform of the raw gradient, or None (off, default).
-        pre: pre-transform name: ``"soft_clip"`` (default), ``"soft_clip_ns"``, ``"soft_clip_exact"`` or
+        pre: pre-transform name: ``"soft_clip_accurate"`` (default), ``"soft_clip"``
+            (= ``"soft_clip_fast"``), ``"soft_clip_ns"``, ``"soft_clip_exact"`` or
             ``"hard_clip"``.
         warmup_steps: int >= 0, length of the LR warm-up during which ``c_k = c * peak_lr / lr_k``.
         c_schedule, pre_c_schedule: ``"standard"`` (default for ``c``), ``"constant"`` (default for
@@ -114,7 +115,7 @@ class Spectra(torch.optim.Optimizer):
         weight_decay: float = 0.1,
         c: float = 10.0,
         pre_c: float | None = None,
-        pre: str = "soft_clip",
+        pre: str = "soft_clip_accurate",
         warmup_steps: int = 0,
         c_schedule="standard",
         pre_c_schedule="constant",

@@ -5,9 +5,11 @@ and a threshold ``c`` (float) to a batch of the same shape and dtype (``dtype``:
 iterative ones, e.g. bfloat16; ``steps``: their iteration count; None = linalg's defaults); the
 optimizer calls it once per (shape, dtype) batch. Names:
 
-- ``soft_clip`` (default; alias ``soft_clip_accurate``): ``s -> s / sqrt(1 + s^2/c^2)`` (SPECTRA's SSC,
-  seed 000 §5.1) by ``linalg.soft_clip``'s default polar route (3 tall + 6 Gram steps in fp32, error
-  <= 1e-3 for ``sigma_max/c`` up to 1e4);
+- ``soft_clip`` (the optimizers' default post-transform; alias of ``soft_clip_fast``):
+  ``s -> s / sqrt(1 + s^2/c^2)`` (SPECTRA's SSC, seed 000 §5.1), see ``soft_clip_fast``;
+- ``soft_clip_accurate``: the same map by ``linalg.soft_clip``'s default polar route (3 tall + 6 Gram
+  steps in fp32, error <= 1e-3 for ``sigma_max/c`` up to 1e4); the default PRE-transform (raw gradients
+  can be far above ``pre_c``);
 - ``soft_clip_fast``: the same map by the Gram-only route ``linalg.soft_clip(tall_steps=0)`` (6
   Polar-Express steps on ``U U^T + c^2 I``, fp32: 0.72-0.76x the paper's Newton-Schulz FLOPs, 1.5-1.7x
   faster than ``soft_clip`` on CPU; relative error <= 1e-3 only for ``sigma_max(U)/c <= 300``, tested;
@@ -103,7 +105,7 @@ def _newton_schulz5(U, c, steps=None, dtype=None):
 
 
 POST_TRANSFORMS: dict[str, Callable | None] = {
-    "soft_clip": _soft_clip_accurate,
+    "soft_clip": _soft_clip_fast,
     "soft_clip_accurate": _soft_clip_accurate,
     "soft_clip_fast": _soft_clip_fast,
     "soft_clip_ns": _soft_clip_ns,

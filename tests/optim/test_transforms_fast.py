@@ -49,7 +49,9 @@ def test_fast_transform_bf16_compute_falls_back_to_accurate_route():
 def test_accurate_name_is_registered_and_differs_beyond_300():
     for name in ("soft_clip_accurate", "soft_clip_fast"):
         assert name in POST_TRANSFORMS and name in PRE_TRANSFORMS
-    assert POST_TRANSFORMS["soft_clip"] is POST_TRANSFORMS["soft_clip_accurate"]
+    # the optimizers' default post-transform is the fast route; the default pre-transform the accurate one
+    assert POST_TRANSFORMS["soft_clip"] is POST_TRANSFORMS["soft_clip_fast"]
+    assert O.SpectraAdamW([torch.zeros(3, 3, requires_grad=True)]).defaults["pre"] == "soft_clip_accurate"
     with pytest.raises(ValueError, match="post"):
         O.SpectraAdamW([torch.zeros(3, 3, requires_grad=True)], post="soft_clip_acurate")
     # beside a 1e4 spike at sigma_max/c = 1e4 only the accurate route keeps the bulk; the fast one
