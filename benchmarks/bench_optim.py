@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._common import command_line, time_fn, write_section  # noqa: E402
 from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
-from spectrakit.linalg.flops import soft_clip_polar_flops  # noqa: E402
+from spectrakit.linalg.flops import soft_clip_fast_flops_by_dtype, soft_clip_polar_flops  # noqa: E402
 from spectrakit.optim import AdamW, Muon, SpectraAdamW, SpectraSignum  # noqa: E402
 
 PRESETS = {
@@ -88,9 +88,16 @@ class PaperReferenceSpectra:
 
 
 def soft_clip_flops(shapes, dtype) -> float:
-    """Matmul FLOPs of ``linalg.soft_clip(method="polar")`` (default steps) over every matrix parameter,
-    counted by :mod:`spectrakit.linalg.flops` (the products the implementation issues)."""
-    return sum(soft_clip_polar_flops(s[0], math.prod(s[1:]), dtype) for s in shapes if len(s) >= 2)
+    """Matmul FLOPs of SpectraAdamW's default soft clip over every matrix parameter, counted by
+    :mod:`spectrakit.linalg.flops` (the products the implementation issues): the fast Gram-level route
+    (``soft_clip(tall_steps=0)``) for fp32/fp64 compute, the accurate polar route for bf16 (its fallback)."""
+
+    def one(m: int, n: int) -> float:
+        if dtype == torch.bfloat16:
+            return soft_clip_polar_flops(m, n, dtype)
+        return sum(soft_clip_fast_flops_by_dtype(m, n, dtype=dtype).values())
+
+    return sum(one(s[0], math.prod(s[1:])) for s in shapes if len(s) >= 2)
 
 
 def matmul_tflops(device, dtype, size: int) -> float:
