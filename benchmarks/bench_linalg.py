@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     env = environment()
     load = ""
     if device.type == "cpu" and hasattr(os, "getloadavg"):
-        load = f" · load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (shared: noisy times)"
+        la, cores = os.getloadavg()[0], os.cpu_count() or 1
+        load = f" · load average {la:.1f} on {cores} cores" + (" (shared: noisy times)" if la > cores else "")
     text = "\n\n".join([
         f"### linalg ({device.type})",
         f"device: {env['device']} · torch {env['torch']} · {env['date']}{load}",
