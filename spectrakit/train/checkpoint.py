@@ -61,18 +61,10 @@ def save_checkpoint(
 ) -> None:
     """Write a checkpoint atomically (temporary file + rename) to ``path``."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    state = {
-        "step": step,
-        "model": unwrap(model).state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "data": data_state,
-        "rng": rng_state(),
-        "extra": extra or {},
-    }
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    state = _loop_state(step, scheduler, data_state, extra)
+    state["model"] = unwrap(model).state_dict()
+    state["optimizer"] = optimizer.state_dict()
+    _atomic_save(state, path)
 
 
 def load_checkpoint(path: str, *, model, optimizer=None, scheduler=None, map_location="cpu") -> dict:
@@ -84,10 +76,32 @@ def load_checkpoint(path: str, *, model, optimizer=None, scheduler=None, map_loc
     unwrap(model).load_state_dict(state["model"])
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
+    _restore_loop_state(state, scheduler)
+    return state
+
+
+def _loop_state(step: int, scheduler, data_state: dict | None, extra: dict | None) -> dict:
+    """The training loop's own state: step, scheduler, data position, RNG states, extras."""
+    return {
+        "step": step,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "data": data_state,
+        "rng": rng_state(),
+        "extra": extra or {},
+    }
+
+
+def _restore_loop_state(state: dict, scheduler) -> None:
     if scheduler is not None and state["scheduler"] is not None:
         scheduler.load_state_dict(state["scheduler"])
     set_rng_state(state["rng"])
-    return state
+
+
+def _atomic_save(state: dict, path: str) -> None:
+    """``torch.save`` to a temporary file, then rename (a crash never leaves a half-written checkpoint)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
 
 
 def _rank_file(path: str) -> str:
@@ -116,17 +130,7 @@ def save_sharded_checkpoint(
 
     os.makedirs(path, exist_ok=True)
     save_distributed(path, model, optimizer)
-    state = {
-        "step": step,
-        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "data": data_state,
-        "rng": rng_state(),
-        "extra": extra or {},
-    }
-    target = _rank_file(path)
-    tmp = f"{target}.tmp{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, target)
+    _atomic_save(_loop_state(step, scheduler, data_state, extra), _rank_file(path))
 
 
 def load_sharded_checkpoint(path: str, *, model, optimizer, scheduler=None, map_location="cpu") -> dict:
@@ -141,7 +145,5 @@ def load_sharded_checkpoint(path: str, *, model, optimizer, scheduler=None, map_
         raise FileNotFoundError(f"checkpoint path {path!r} has no {os.path.basename(target)}")
     load_distributed(path, model, optimizer)
     state = torch.load(target, map_location=map_location, weights_only=False)
-    if scheduler is not None and state["scheduler"] is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
+    _restore_loop_state(state, scheduler)
     return state
