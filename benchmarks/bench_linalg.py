@@ -3,7 +3,9 @@
 Columns per shape, all in the compute dtype (default bf16): bare Gram matmul ``X X^T``; exact SVD path
 (``torch.linalg.svd`` in fp32, the soft-clip map applied to the singular values); the paper's soft clip
 (Alg. 1 + 3, 10 coupled Newton-Schulz steps); our ``soft_clip`` (polar route, default steps); hard clip
-(``spectral_hardcap``, dense dilation); ``msign`` (Polar Express, default lower bound). For each: time and
+(``spectral_hardcap``: the default route, ``msign(X)`` then the eigen-sign of the ``m x m`` absolute value, and
+where ``m + n <= --dilation-max`` the dense ``(m+n)`` dilation route for comparison); ``msign`` (Polar Express,
+default lower bound). For each: time and
 achieved fraction of the bare matmul FLOP throughput (FLOPs from :mod:`spectrakit.linalg.flops`, counting
 the products each algorithm issues). A second table: 12 same-shaped matrices in one batched call vs a
 Python loop. On CUDA, a third line checks ``torch.cuda.set_sync_debug_mode("error")`` for every function.
@@ -39,7 +41,7 @@ def _svd_soft_clip(x: torch.Tensor, c: float) -> torch.Tensor:
 
 
 def bench_shape(m: int, n: int, dtype: torch.dtype, device: torch.device, *, hardcap: bool,
-                reps: int) -> dict:
+                reps: int, dilation_max: int = 0) -> dict:
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = (torch.randn(m, n, generator=gen) / (m**0.5 + n**0.5)).to(device=device, dtype=dtype)
     c = 0.1  # sigma_max ~ 1: ratio ~ 10 (a typical clipped update)
@@ -54,6 +56,9 @@ def bench_shape(m: int, n: int, dtype: torch.dtype, device: torch.device, *, har
         }
         if hardcap:
             runs["hardcap"] = (lambda: spectral_hardcap(x, 0.5), F.hardcap_flops(m, n, dtype))
+            if m + n <= dilation_max:
+                runs["hardcap_dilation"] = (lambda: spectral_hardcap(x, 0.5, method="dilation"),
+                                            F.hardcap_dilation_flops(m, n, dtype))
         row: dict = {"shape": f"{m}x{n}", "dtype": str(dtype).replace("torch.", "")}
         times = {k: time_fn(fn, device, warmup=1, reps=reps) for k, (fn, _) in runs.items()}
     rate = runs["gram"][1] / times["gram"]  # FLOP per ms of the bare matmul
@@ -109,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto")
     p.add_argument("--shapes", default=None, help=f"default: GPU {GPU_SHAPES}; CPU {CPU_SHAPES}")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
-    p.add_argument("--no-hardcap", action="store_true", help="skip the (m+n)^3 dense-dilation hard clip")
+    p.add_argument("--no-hardcap", action="store_true", help="skip the hard clip columns")
+    p.add_argument("--dilation-max", type=int, default=4096,
+                   help="also time the (m+n)^3 dilation hard clip where m + n <= this (0: never)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
     p.add_argument("--threads", type=int, default=0,
@@ -125,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for s in shapes.split(","):
         m, n = (int(v) for v in s.split("x"))
-        rows.append(bench_shape(m, n, dtype, device, hardcap=not args.no_hardcap, reps=args.reps))
+        rows.append(bench_shape(m, n, dtype, device, hardcap=not args.no_hardcap, reps=args.reps,
+                                dilation_max=args.dilation_max))
         print(markdown_table(rows[-1:]), flush=True)
     bm, bn = (768, 768) if device.type == "cuda" else (128, 128)
     batch = [bench_batch(bm, bn, dtype, device, args.reps)]

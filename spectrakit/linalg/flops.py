@@ -144,8 +144,20 @@ def soft_clip_vs_paper_model(m: int, n: int, dtype: torch.dtype = torch.bfloat16
     return out
 
 
-def hardcap_flops(m: int, n: int, dtype: torch.dtype = torch.float32, steps: int | None = None) -> float:
-    """Dense dilation route of :func:`spectrakit.linalg.spectral_hardcap`: ``msign`` of a symmetric
+def hardcap_flops(m: int, n: int, dtype: torch.dtype = torch.float32, steps: int | None = None,
+                  thresholds: int = 1) -> float:
+    """Default route of :func:`spectrakit.linalg.spectral_hardcap`/``spectral_clip``: ``O = msign(X)``
+    (``m x n``), ``A = X O^T`` (2m^2n), the eigen-signs of ``thresholds`` (1, or 2 for a band) symmetric
+    ``m x m`` matrices plus ``(t I - A) sign(.)`` (2m^3 each), and ``clip(A) O`` (2m^2n)."""
+    m, n = _wide(m, n)
+    if steps is None:
+        steps = steps_for(HARD_LOWER_BOUND * m ** (-1 / 8), HARD_TOL[dtype], safety=safety_for(dtype))
+    return (msign_flops(m, n, steps) + 2.0 * m * m * n + thresholds * (msign_flops(m, m, steps) + 2.0 * m**3)
+            + 2.0 * m * m * n)
+
+
+def hardcap_dilation_flops(m: int, n: int, dtype: torch.dtype = torch.float32, steps: int | None = None) -> float:
+    """``method="dilation"`` of :func:`spectrakit.linalg.spectral_hardcap`: ``msign`` of a symmetric
     ``(m+n)`` matrix (3 products of ``(m+n)^3`` per step) plus ``P W`` (2m^2n)."""
     m, n = _wide(m, n)
     big = m + n

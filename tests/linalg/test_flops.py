@@ -5,7 +5,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from spectrakit.linalg import flops as F
-from spectrakit.linalg import msign, soft_clip, spectral_hardcap
+from spectrakit.linalg import msign, soft_clip, spectral_clip, spectral_hardcap
 
 
 def _count(fn) -> int:
@@ -24,6 +24,9 @@ def test_flop_models_match_counted(shape, dtype):
     assert _count(lambda: soft_clip(x, 0.5, method="newton_schulz")) == F.soft_clip_newton_schulz_flops(m, n)
     assert _count(lambda: msign(x, dtype=dtype)) == F.msign_flops(m, n, F.msign_default_steps(m, n, dtype))
     assert _count(lambda: spectral_hardcap(x, 0.5, dtype=dtype)) == F.hardcap_flops(m, n, dtype)
+    assert _count(lambda: spectral_clip(x, 0.2, 0.5, dtype=dtype)) == F.hardcap_flops(m, n, dtype, thresholds=2)
+    assert _count(lambda: spectral_hardcap(x, 0.5, method="dilation", dtype=dtype)) == F.hardcap_dilation_flops(
+        m, n, dtype)
     assert _count(lambda: x @ x.mT if m <= n else x.mT @ x) == F.gram_flops(m, n)
 
 

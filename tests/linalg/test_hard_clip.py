@@ -14,24 +14,43 @@ def _clip(x, lo, hi):
     return svd_map(x, lambda s: np.clip(s, lo, hi))
 
 
+@pytest.mark.parametrize("method", ["polar", "dilation"])
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("kind", ["gauss", "spike"])
-def test_hardcap_fp32_accuracy(shape, kind):
+@pytest.mark.parametrize("kind", ["gauss", "spike", "logspec"])
+def test_hardcap_fp32_accuracy(shape, kind, method):
     m, n = shape
-    x = (spiked(m, n, 1e3) if kind == "spike" else torch.randn(m, n, dtype=torch.float64)).float()
+    if kind == "logspec":  # singular values spread over 6 decades
+        x = matrix_with_spectrum(m, n, torch.logspace(0, -6, min(m, n)))
+    else:
+        x = spiked(m, n, 1e3) if kind == "spike" else torch.randn(m, n, dtype=torch.float64)
+    x = x.float()
     smax = float(torch.linalg.matrix_norm(x.double(), 2))
     for ratio in [1e-2, 1.0, 10.0, 100.0, 1e3]:
         hi = smax / ratio
-        assert rel_err(spectral_hardcap(x, hi), _clip(x, 0, hi)) <= 1e-3, ratio
+        assert rel_err(spectral_hardcap(x, hi, method=method), _clip(x, 0, hi)) <= 1e-3, ratio
 
 
+def test_polar_and_dilation_routes_agree_and_threshold_above_norm_is_identity():
+    x = torch.randn(3, 40, 72)
+    hi = torch.tensor([0.5, 3.0, 1e3])  # the last one exceeds ||X||_F: X is returned untouched
+    a = spectral_hardcap(x, hi)
+    b = spectral_hardcap(x, hi, method="dilation")
+    assert rel_err(a, b.double().numpy()) <= 2e-4
+    assert torch.equal(a[2], x[2])
+    assert torch.equal(spectral_hardcap(x, 1e30), x)
+    band = spectral_clip(x, torch.tensor([0.1, 1.0, 2.0]), hi)
+    band_d = spectral_clip(x, torch.tensor([0.1, 1.0, 2.0]), hi, method="dilation")
+    assert rel_err(band, band_d.double().numpy()) <= 2e-4
+
+
+@pytest.mark.parametrize("method", ["polar", "dilation"])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_clip_band_fp32_accuracy(shape):
+def test_clip_band_fp32_accuracy(shape, method):
     m, n = shape
     x = matrix_with_spectrum(m, n, torch.logspace(0, -2, min(m, n))).float()
     for lo, hi in [(0.05, 0.5), (0.2, 0.2), (1e-3, 1e-2), (0.5, 2.0)]:
-        assert rel_err(spectral_clip(x, lo, hi), _clip(x, lo, hi)) <= 1e-3, (lo, hi)
-    assert rel_err(spectral_relu(x, 0.3), _clip(x, 0.3, np.inf)) <= 1e-3
+        assert rel_err(spectral_clip(x, lo, hi, method=method), _clip(x, lo, hi)) <= 1e-3, (lo, hi)
+    assert rel_err(spectral_relu(x, 0.3, method=method), _clip(x, 0.3, np.inf)) <= 1e-3
 
 
 def test_bf16_moderate_ratio():
@@ -68,7 +87,7 @@ def test_rank_deficient_relu_keeps_zero_singular_values():
     assert torch.allclose(s_exact[3:], torch.full_like(s_exact[3:], 0.5))  # SVD route lifts them all
 
 
-@pytest.mark.parametrize("method", ["polar", "exact"])
+@pytest.mark.parametrize("method", ["polar", "dilation", "exact"])
 def test_batched_per_matrix_thresholds_equal_loop(method):
     x = torch.randn(4, 24, 36)
     lo = torch.tensor([0.0, 0.5, 1.0, 2.0])
