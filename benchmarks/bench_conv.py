@@ -8,6 +8,7 @@ kernel would exceed --max-fft-gb).
 
     python benchmarks/bench_conv.py                       # GPU: full table
     python benchmarks/bench_conv.py --channels 64,128 --input-sizes 32,64 --resnet-max 128   # CPU-sized
+    python benchmarks/bench_conv.py --threads 1 ...       # torch.set_num_threads(1) (CPU timings side by side)
 """
 
 from __future__ import annotations
@@ -69,8 +70,13 @@ def main(argv=None) -> int:
     p.add_argument("--exact-iters", type=int, default=50)
     p.add_argument("--max-fft-gb", type=float, default=4.0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) (default: torch's choice)")
     p.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
     args = p.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            p.error(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
     ints = lambda s: [int(x) for x in s.split(",")]
     dev = torch.device(args.device)
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -86,7 +92,8 @@ def main(argv=None) -> int:
                 K = torch.randn(co, ci, k, k, generator=gen, device=dev) * (2.0 / (ci * k * k)) ** 0.5
                 rows += bench_kernel(K, s, n, dev, args.reps, args.max_fft_gb, args.exact_iters)
     env = environment()
-    text = (f"## conv ({env['device']})\n\ndevice: {env['device']} · torch {env['torch']} · {env['date']}\n\n"
+    text = (f"## conv ({env['device']})\n\ndevice: {env['device']} · torch {env['torch']} · {env['date']} · "
+            f"{torch.get_num_threads()} CPU threads\n\n"
             f"command: `{command_line()}`\n\n" + markdown_table(rows) + "\n")
     print(text)
     if not args.no_write:
