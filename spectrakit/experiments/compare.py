@@ -100,6 +100,7 @@ class CompareOptions:
     schedule: str = "wsd"
     lr: float | None = None
     c: float = 10.0
+    embedding_scale: float | None = None
     weight_decay: float = 0.1
     grad_clip: float | None = 0.5
     seeds: tuple[int, ...] = (0,)
@@ -184,6 +185,7 @@ def _run_one(
         c=opts.c,
         warmup_steps=cfg["warmup"],
         world_size=info.world_size,
+        embedding_scale=opts.embedding_scale,
     )
     lr = optimizer.param_groups[0]["lr"]
     scheduler = make_scheduler(optimizer, total=cfg["steps"], warmup=cfg["warmup"], kind=opts.schedule)
@@ -354,6 +356,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lr", type=float, default=None, help="peak LR for all optimizers (default: registry)"
     )
     parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
+    parser.add_argument(
+        "--embedding-scale",
+        type=float,
+        default=None,
+        help="SPECTRA's update scale alpha for the embedding and head (default: the reference code's "
+        "sqrt(vocab/d))",
+    )
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--grad-clip", type=float, default=0.5, help="global grad-norm clip (<= 0: off)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
@@ -399,6 +408,7 @@ def run(args: argparse.Namespace) -> int:
         schedule=args.schedule,
         lr=args.lr,
         c=args.c,
+        embedding_scale=args.embedding_scale,
         weight_decay=args.weight_decay,
         grad_clip=args.grad_clip if args.grad_clip > 0 else None,
         seeds=_csv(args.seeds, int),

@@ -13,7 +13,7 @@ import time
 import torch
 
 from spectrakit.conv import exact_zero_pad, f4_bound, tn_bound
-from spectrakit.experiments.io import report
+from spectrakit.experiments.io import invocation, report
 
 # (c, k) -> (||T||_2, F4, TN) from seed 001 Table 2
 PAPER = {(64, 3): (49.35, 81.26, 51.51), (128, 3): (67.14, 114.68, 69.99), (256, 3): (95.71, 164.44, 96.47),
@@ -73,6 +73,6 @@ def main(args: argparse.Namespace) -> int:
     rows = run(ints(args.channels), ints(args.kernel_sizes), args.input_size, args.iters, args.exact_iters,
                args.seed, args.device, args.samples)
     report("conv-bounds (seed 001 Table 2)", rows, args.out,
-           command=f"spectrakit experiment conv-bounds --channels {args.channels} --kernel-sizes {args.kernel_sizes} "
-                   f"--samples {args.samples}")
+           command=invocation("experiment", f"spectrakit experiment conv-bounds --channels {args.channels} "
+                              f"--kernel-sizes {args.kernel_sizes} --samples {args.samples}"))
     return 0

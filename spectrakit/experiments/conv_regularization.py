@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from spectrakit.conv import ConvRegularizer, tn_bound
 from spectrakit.conv.kernel import CONV_TYPES
 from spectrakit.data.fashion_mnist import DEFAULT_ROOT, load_fashion_mnist
-from spectrakit.experiments.io import report
+from spectrakit.experiments.io import invocation, report
 from spectrakit.models.cnn import SmallResNet
 
 REGULARIZERS = ("none", "f4", "tn", "2norm", "ratio")
@@ -130,8 +130,9 @@ def main(args: argparse.Namespace) -> int:
                args.lr, args.weight_decay, args.beta, tuple(int(w) for w in args.widths.split(",")),
                args.track_layer, args.seed, args.device, args.root, history)
     report("conv-regularization (Fashion-MNIST, SmallResNet)", rows, args.out,
-           command=f"spectrakit experiment conv-regularization --epochs {args.epochs} --train-size "
-                   f"{args.train_size} --regularizers {args.regularizers}", extra={"history": history})
+           command=invocation("experiment", f"spectrakit experiment conv-regularization --epochs {args.epochs} "
+                              f"--train-size {args.train_size} --regularizers {args.regularizers}"),
+           extra={"history": history})
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         plot(history, args.track_layer, os.path.join(args.out, "bound_vs_epoch.png"))

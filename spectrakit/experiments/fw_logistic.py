@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from spectrakit.experiments.io import report
+from spectrakit.experiments.io import invocation, report
 from spectrakit.optim import Spectra
 
 
@@ -230,7 +230,7 @@ def main(args: argparse.Namespace) -> int:
         "fw-logistic: rule (4) with Theorem 3.4 parameters (seed 000 §F.1.1)",
         rows,
         args.out,
-        command=f"spectrakit experiment fw-logistic --steps {args.steps}",
+        command=invocation("experiment", f"spectrakit experiment fw-logistic --steps {args.steps}"),
         extra={"plots": paths},
     )
     return 0

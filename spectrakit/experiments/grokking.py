@@ -144,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from spectrakit.experiments.io import report
+    from spectrakit.experiments.io import invocation, report
 
     rows = run(dualizers=args.dualizers, seeds=args.seeds, width=args.width, lr=args.lr, radius=args.radius,
                momentum=args.momentum, max_steps=args.max_steps, train_fraction=args.train_fraction,
@@ -153,7 +153,8 @@ def main(args: argparse.Namespace) -> int:
     command = (f"spectrakit experiment grokking --width {args.width} --lr {args.lr} --radius {args.radius} "
                f"--momentum {args.momentum} --train-fraction {args.train_fraction} "
                f"--max-steps {args.max_steps} --seeds {' '.join(map(str, args.seeds))}")
-    report("grokking: Addition-mod-31 in the RMS→RMS ball of radius 4", table, args.out, command=command,
+    report("grokking: Addition-mod-31 in the RMS→RMS ball of radius 4", table, args.out,
+           command=invocation("experiment", command),
            extra={"curves": [{"dualizer": r["dualizer"], "seed": r["seed"], "curve": r["curve"],
                               "deltas": r["deltas"]} for r in rows]})
     if args.out:

@@ -7,6 +7,8 @@ import json
 import math
 import os
 import platform
+import shlex
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +25,14 @@ def _fmt(v: Any) -> str:
             return f"{v:.3e}"
         return f"{v:.4g}"
     return str(v)
+
+
+def invocation(subcommand: str, fallback: str) -> str:
+    """The command line that is running, as ``spectrakit <args>``, when it is the ``spectrakit`` command with
+    ``subcommand`` (e.g. ``"experiment"``); else ``fallback`` (a programmatic call)."""
+    if sys.argv[1:2] == [subcommand]:
+        return "spectrakit " + shlex.join(sys.argv[1:])
+    return fallback
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:

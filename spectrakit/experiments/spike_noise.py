@@ -26,7 +26,7 @@ import os
 import torch
 
 from spectrakit.experiments.fw_logistic import logistic_data, logistic_grad, logistic_loss
-from spectrakit.experiments.io import report
+from spectrakit.experiments.io import invocation, report
 from spectrakit.optim import Spectra
 
 METHODS = {
@@ -206,7 +206,7 @@ def main(args: argparse.Namespace) -> int:
         "spike-noise: SGD vs global vs spectral clipping under rank-r spikes (seed 000 §F.1.2)",
         rows,
         args.out,
-        command=f"spectrakit experiment spike-noise --steps {args.steps} --rank {args.rank}",
+        command=invocation("experiment", f"spectrakit experiment spike-noise --steps {args.steps} --rank {args.rank}"),
         extra={"plots": paths},
     )
     return 0

@@ -115,6 +115,7 @@ def build_optimizer(
     c: float = 10.0,
     warmup_steps: int = 0,
     world_size: int = 1,
+    embedding_scale: float | None = None,
     **overrides,
 ) -> torch.optim.Optimizer:
     """Optimizer ``name`` (a key of :data:`OPTIMIZERS`) over :func:`param_groups` of ``model``.
@@ -130,6 +131,9 @@ def build_optimizer(
             :func:`spectrakit.distributed.sharded` of it: each matrix's spectral transform is computed once
             in the job, and FSDP2 (DTensor) parameters are supported. Build the optimizer after wrapping
             the model (FSDP2 replaces the parameters).
+        embedding_scale: SPECTRA variants only: the update scale ``alpha`` of the embedding and head
+            (:func:`is_embedding_like`), > 0, in their own parameter group. Default (None): the reference
+            code's ``max(1, sqrt(m/n))``, i.e. ``sqrt(vocab/d)`` for a ``(vocab, d)`` table.
         overrides: further keyword arguments for the optimizer class (e.g. ``betas``).
 
     Keyword arguments the class does not accept are dropped, so one call serves every optimizer.
@@ -142,6 +146,8 @@ def build_optimizer(
     check_scalar(weight_decay, "weight_decay", low=0, allow_tensor=False)
     check_scalar(c, "c", low=0, low_inclusive=False, allow_tensor=False)
     check_int(world_size, "world_size", low=1)
+    if embedding_scale is not None:
+        check_scalar(embedding_scale, "embedding_scale", low=0, low_inclusive=False, allow_tensor=False)
     cls = resolve_class(name)
     if world_size > 1:
         from spectrakit.distributed import sharded
@@ -162,10 +168,13 @@ def build_optimizer(
     if not any(p.kind == p.VAR_KEYWORD for p in accepted.values()):
         kwargs = {k: v for k, v in kwargs.items() if k in accepted}
     aux = spec.aux_adamw_lr is not None
-    groups = param_groups(model, weight_decay, split_embeddings=aux)
+    embed_scale = embedding_scale is not None and spec.spectra
+    groups = param_groups(model, weight_decay, split_embeddings=aux or embed_scale)
     for g in groups:
         g.pop("names")
         kind = g.pop("kind")
         if aux and kind != "matrix":
             g.update(base="adamw", post="none", betas=(0.8, 0.999), lr=spec.aux_adamw_lr or lr)
+        elif embed_scale and kind == "embedding":
+            g["scale"] = float(embedding_scale)
     return cls(groups, **kwargs)

@@ -64,6 +64,27 @@ def test_adamw_matches_torch_reference(make_model, tokens):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+def test_embedding_scale_sets_alpha_of_embedding_and_head_only(make_model, tokens):
+    """``embedding_scale`` puts the embedding/head in their own group with that ``alpha``; the applied update
+    of the head then obeys ``||dW||_2 <= lr * alpha * c`` with the new alpha (weight decay 0)."""
+    model = make_model(0)
+    opt = build_optimizer("spectra-adamw", model, embedding_scale=0.25, weight_decay=0.0, lr=0.1, c=0.5)
+    scales = sorted(str(g["scale"]) for g in opt.param_groups)
+    assert scales == ["0.25", "auto", "auto"]
+    head = model.head.weight  # reference alpha max(1, sqrt(vocab/d)) >= 1
+    before = head.detach().clone()
+    x, y = TokenBatches(tokens[0], 4, 12).batch(0)
+    _, loss = model(x, y)
+    loss.backward()
+    opt.step()
+    step_norm = float(torch.linalg.matrix_norm((head.detach() - before).double(), 2))
+    assert 0.5 * 0.1 * 0.25 * 0.5 < step_norm <= 0.1 * 0.25 * 0.5 * (1 + 1e-3)
+    # plain optimizers ignore it (no SPECTRA clip): same groups as without it
+    assert len(build_optimizer("adamw", make_model(0), embedding_scale=1.0).param_groups) == 2
+    with pytest.raises(ValueError, match="embedding_scale"):
+        build_optimizer("spectra-adamw", make_model(0), embedding_scale=0.0)
+
+
 @pytest.mark.parametrize(
     "kwargs,err,match",
     [
