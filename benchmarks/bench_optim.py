@@ -5,6 +5,12 @@ SpectraSignum, Muon and a faithful re-implementation of the SPECTRA paper's refe
 loop: clone the weight, run the base AdamW step, recover ``U`` from the weight difference, 10-step coupled
 Newton-Schulz soft clip (Alg. 1 + 3, bf16 on GPU) with its host-synchronising ``if s_max <= c``).
 
+For our optimizers it also times the matrix-function calls alone (``post ms``: the batched post/pre-transform
+calls of one step, recorded through the ``_post_transform_groups`` hook and replayed on the same inputs),
+interleaved rep by rep with steps (``step (interleaved) ms``), and their difference (``step - post ms``:
+non-finite check, grad copy, base direction, update), so the step overhead beyond the matrix function is
+visible.
+
 Also reports the FLOP-count bound of the soft clips of SpectraAdamW: model FLOPs of
 ``linalg.soft_clip(method="polar")`` divided by the measured matmul throughput of the device in the compute
 dtype, and (CUDA) whether ``torch.cuda.set_sync_debug_mode("error")`` passes for our optimizers.
@@ -28,6 +34,7 @@ from benchmarks._common import command_line, time_fn, write_section  # noqa: E40
 from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
 from spectrakit.linalg.flops import soft_clip_fast_flops_by_dtype, soft_clip_polar_flops  # noqa: E402
 from spectrakit.optim import AdamW, Muon, SpectraAdamW, SpectraSignum  # noqa: E402
+from spectrakit.optim.transforms import POST_TRANSFORMS  # noqa: E402
 
 PRESETS = {
     "124m": dict(d=768, layers=12, hidden=2048, vocab=50304),
@@ -100,6 +107,32 @@ def soft_clip_flops(shapes, dtype) -> float:
     return sum(one(s[0], math.prod(s[1:])) for s in shapes if len(s) >= 2)
 
 
+def record_transform_calls(opt) -> list[tuple]:
+    """Run one step of a :class:`~spectrakit.optim.Spectra` optimizer and return its matrix-transform calls
+    ``(name, U, c, steps, dtype)`` (inputs cloned before the call), in order."""
+    calls: list[tuple] = []
+    hook = opt._post_transform_groups
+
+    def recording(batches):
+        calls.extend((b["post"], b["U"].clone(), b["c"], b["steps"], b["dtype"]) for b in batches)
+        return hook(batches)
+
+    opt._post_transform_groups = recording
+    try:
+        opt.step()
+    finally:
+        del opt._post_transform_groups
+    return calls
+
+
+def replay(calls: list[tuple]) -> None:
+    """The recorded transform calls alone (same inputs, same order)."""
+    for name, U, c, steps, dtype in calls:
+        fn = POST_TRANSFORMS[name]
+        if fn is not None:
+            fn(U, c, steps, dtype)
+
+
 def matmul_tflops(device, dtype, size: int) -> float:
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
@@ -159,6 +192,18 @@ def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
                     row["host syncs"] = "SYNC"
                 finally:
                     torch.cuda.set_sync_debug_mode(0)
+        if hasattr(opt, "_post_transform_groups"):
+            # step and transform-alone reps interleaved (same machine state), medians of each
+            calls = record_transform_calls(opt)
+            replay(calls)
+            steps, posts = [], []
+            for _ in range(reps):
+                steps.append(time_fn(opt.step, device, warmup=0, reps=1))
+                posts.append(time_fn(lambda calls=calls: replay(calls), device, warmup=0, reps=1) if calls else 0.0)
+            row["step (interleaved) ms"] = sorted(steps)[len(steps) // 2]
+            row["post ms"] = sorted(posts)[len(posts) // 2]
+            row["step - post ms"] = row["step (interleaved) ms"] - row["post ms"]
+            del calls
         rows.append(row)
         del opt
         for p in params:  # keep the weights bounded across many steps

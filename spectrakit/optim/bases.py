@@ -5,14 +5,24 @@ A base direction is a small stateless object with
 - ``defaults``: its hyperparameters and their default values (merged into the param group),
 - ``init_state(p) -> dict``: buffers for one parameter in :func:`state_dtype` (fp32 for bf16/fp16
   parameters) plus ``step``, a 0-d tensor,
-- ``direction_(u, states, group, ok, mul_)``: consumes the (pre-transformed) gradients held in the
-  work tensors ``u`` (one per parameter), updates the states and overwrites ``u`` with the directions.
+- ``direction_(w, states, group, ok, scale=None)``: consumes the (pre-transformed) gradients held in the
+  work tensors ``w.u`` (one per parameter, a :class:`Work`), updates the states and overwrites ``w.u``
+  with the directions, multiplied by ``scale`` (None or a 0-d tensor) as the very last operation when
+  given (the optimizer passes ``-lr alpha ok`` for an identity post-transform; a base that ends with a
+  copy writes the scaled copy in one pass).
 
 ``ok`` is a 0-d tensor (work dtype), 1 for a normal step and 0 for a skipped one (non-finite gradients): every
 state update is written as ``buf <- buf + ok * w * (new - buf)`` so a skipped step leaves the states
-(and ``step``) exactly unchanged without a Python branch on a tensor value. ``mul_(f)`` multiplies
-``u[i]`` by ``f[i]`` for a ``(B,)`` tensor ``f`` (the optimizer implements it as one kernel on the stacked
-batch). All loops are ``torch._foreach_*`` calls over the members of one batch.
+(and ``step``) exactly unchanged without a Python branch on a tensor value. ``w.mul_(f)``/``w.add_(f)``
+multiply/shift ``u[i]`` by ``f[i]`` for a ``(B,)`` (or 0-d) tensor ``f`` (one kernel on a stacked batch).
+The element-wise loops are ``torch._foreach_*`` calls over the members of one batch or single kernels on
+the whole work tensor, except on CPU (``w.per_tensor``), where ``torch._foreach_*`` is a loop over the
+tensors anyway: there the bases with ``chains = True`` (AdamW, Signum, SGD, Lion) run their whole pipeline
+tensor by tensor with ``out=`` kernels (e.g. ``u <- sqrt(v)`` in one pass instead of copy + sqrt), taking
+over the optimizer's gradient copy and, for an identity post-transform, the parameter update (see
+:class:`Work`), so each tensor stays in cache. Every path performs the same floating-point operations in
+the same order per element, so the result is bit-identical across paths and batchings (tested against the
+multi-tensor path in tests/optim/test_step_paths.py).
 
 Decoupled weight decay and the learning rate are not part of the direction: the optimizer applies
 ``p <- (1 - lr wd) p - lr * alpha * post(U)``.
@@ -47,11 +57,80 @@ def _step(p: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), dtype=state_dtype(p.dtype), device=p.device)
 
 
+class Work:
+    """The work tensors of one batch of ``B`` parameters.
+
+    ``u``: list of ``B`` tensors shaped like the parameters, views of ``buf`` (a stacked ``(B, m, n)``
+    tensor when ``stacked``, else a flat concatenation). ``per_tensor``: use per-tensor kernels instead of
+    ``torch._foreach_*`` (True on CPU, see the module docstring).
+
+    ``load``/``store`` (CPU, bases with ``chains = True`` only): the optimizer may defer the load of
+    ``u[i]`` (the zeroed-non-finite gradient copy) and, for an identity post-transform, hand over the
+    update of parameter ``i``; a chaining base then runs the whole per-element pipeline tensor by tensor
+    (``load(i)``, its operations on ``u[i]``, ``store(i)``), so each tensor stays in the CPU cache between
+    its ~13 passes instead of streaming the whole batch through memory once per pass. The operations and
+    their order per element are unchanged (bit-identical results)."""
+
+    __slots__ = ("u", "buf", "stacked", "per_tensor", "_load", "_store")
+
+    def __init__(self, u: list[torch.Tensor], buf: torch.Tensor, stacked: bool, per_tensor: bool,
+                 load=None, store=None):
+        self.u, self.buf, self.stacked, self.per_tensor = u, buf, stacked, per_tensor
+        self._load, self._store = load, store
+
+    def take_load(self):
+        """The deferred loader ``load(i)`` (or None); the caller must call it for every ``i`` before using
+        ``u[i]``."""
+        f, self._load = self._load, None
+        return f
+
+    def take_store(self):
+        """The handed-over update ``store(i)`` (or None); the caller must call it for every ``i`` once
+        ``u[i]`` holds the final (scaled) direction."""
+        f, self._store = self._store, None
+        return f
+
+    @property
+    def pending(self) -> bool:
+        """Whether a deferred load or update was not taken (the optimizer then does it itself)."""
+        return self._load is not None or self._store is not None
+
+    def _apply(self, f: torch.Tensor, op: str) -> None:
+        if f.ndim == 0:
+            getattr(self.buf, op)(f)
+        elif self.stacked:
+            getattr(self.buf, op)(f.view(-1, *([1] * (self.buf.ndim - 1))))
+        else:
+            getattr(torch, f"_foreach_{op}")(self.u, list(f.unbind(0)))
+
+    def mul_(self, f: torch.Tensor) -> None:
+        """``u[i] <- u[i] * f[i]`` for a ``(B,)`` tensor ``f`` (a 0-d ``f`` multiplies every ``u[i]``)."""
+        self._apply(f, "mul_")
+
+    def add_(self, f: torch.Tensor) -> None:
+        """``u[i] <- u[i] + f[i]`` for a ``(B,)`` tensor ``f`` (a 0-d ``f`` is added to every ``u[i]``)."""
+        self._apply(f, "add_")
+
+    def scale_(self, scale: torch.Tensor | None) -> None:
+        """``u <- scale * u`` unless ``scale`` is None."""
+        if scale is not None:
+            self.buf.mul_(scale)
+
+
+def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight: torch.Tensor) -> None:
+    """``t <- t + weight (e - t)`` for every pair, with a 0-d tensor ``weight`` kept on the device.
+
+    ``torch._foreach_lerp_(targets, ends, weight)`` would pick the ``Scalar`` overload and read ``weight`` on
+    the host (a sync on CUDA); the ``List`` overload with one 0-d weight per tensor does not.
+    """
+    torch._foreach_lerp_(targets, ends, [weight] * len(targets))
+
+
 def advance_steps(states: list[dict], ok: torch.Tensor) -> torch.Tensor:
     """``step <- step + ok`` for every state; returns the new steps as a ``(B,)`` tensor, at least 1
     (so that bias corrections of a skipped first step stay finite; the update is zeroed anyway)."""
     steps = [s["step"] for s in states]
-    torch._foreach_add_(steps, ok)
+    torch._foreach_add_(steps, ok, alpha=1.0)  # alpha selects the Tensor overload: no host read of ok
     return torch.stack(steps).clamp_min(1.0)
 
 
@@ -62,6 +141,7 @@ class AdamW:
 
     name = "adamw"
     defaults = {"betas": (0.9, 0.999), "eps": 1e-8}
+    chains = True  # takes Work.load/store (see Work)
 
     def validate(self, group):
         _check_betas(group["betas"], 2)
@@ -70,26 +150,49 @@ class AdamW:
     def init_state(self, p):
         return {"step": _step(p), "exp_avg": _zeros(p), "exp_avg_sq": _zeros(p)}
 
-    def direction_(self, u, states, group, ok, mul_):
+    def direction_(self, w, states, group, ok, scale=None):
         b1, b2 = group["betas"]
         t = advance_steps(states, ok)
         m = [s["exp_avg"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
-        adam_direction_(u, m, v, t, b1, b2, group["eps"], ok, mul_)
+        adam_direction_(w, m, v, t, b1, b2, group["eps"], ok, scale)
 
 
-def adam_direction_(u, m, v, t, b1, b2, eps, ok, mul_):
-    """Shared Adam core: moments of ``u`` (in place), then ``u <- m_hat / (sqrt(v_hat) + eps)``."""
-    torch._foreach_lerp_(m, u, (1 - b1) * ok)
-    torch._foreach_mul_(u, u)
-    torch._foreach_lerp_(v, u, (1 - b2) * ok)
+def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
+    """Shared Adam core: moments of ``u = w.u`` (in place), then
+    ``u <- scale * (1 / (sqrt(v) / sqrt(bc2) + eps)) * m / bc1`` with ``bc_i = 1 - b_i^t``, rounded
+    operation by operation in the same order on every path (sqrt, scale, add, reciprocal, multiply, scale;
+    ``scale`` last), so the result does not depend on the code path (CPU per-tensor or multi-tensor) or
+    the batching."""
+    u, buf = w.u, w.buf
+    w1, w2 = (1 - b1) * ok, (1 - b2) * ok
+    r, c = torch.rsqrt(1.0 - b2**t), 1.0 / (1.0 - b1**t)
+    if w.per_tensor:  # tensor by tensor, cache-resident (see Work)
+        load, store = w.take_load(), w.take_store()
+        for i, (ui, mi, vi, ri, ci) in enumerate(zip(u, m, v, r.unbind(0), c.unbind(0))):
+            if load is not None:
+                load(i)
+            mi.lerp_(ui, w1)
+            ui.mul_(ui)
+            vi.lerp_(ui, w2)
+            torch.sqrt(vi, out=ui)
+            ui.mul_(ri).add_(eps).reciprocal_().mul_(mi).mul_(ci)
+            if scale is not None:
+                ui.mul_(scale)
+            if store is not None:
+                store(i)
+        return
+    foreach_lerp_(m, u, w1)
+    buf.mul_(buf)
+    foreach_lerp_(v, u, w2)
     torch._foreach_copy_(u, v)
-    torch._foreach_sqrt_(u)
-    mul_(torch.rsqrt(1.0 - b2**t))
-    torch._foreach_add_(u, eps)
-    torch._foreach_reciprocal_(u)
+    buf.sqrt_()
+    w.mul_(r)
+    buf.add_(eps)
+    buf.reciprocal_()
     torch._foreach_mul_(u, m)
-    mul_(1.0 / (1.0 - b1**t))
+    w.mul_(c)
+    w.scale_(scale)
 
 
 class Signum:
@@ -108,16 +211,35 @@ class Signum:
     def init_state(self, p):
         return {"step": _step(p), "momentum_buffer": _zeros(p)}
 
-    def direction_(self, u, states, group, ok, mul_):
-        b = group["momentum"]
+    chains = True
+
+    def direction_(self, w, states, group, ok, scale=None):
+        b, u = group["momentum"], w.u
         advance_steps(states, ok)
         m = [s["momentum_buffer"] for s in states]
-        torch._foreach_lerp_(m, u, (1 - b) * ok)
+        wt = (1 - b) * ok
+        if w.per_tensor:  # tensor by tensor (see Work)
+            load, store = w.take_load(), w.take_store()
+            for i, (ui, mi) in enumerate(zip(u, m)):
+                if load is not None:
+                    load(i)
+                mi.lerp_(ui, wt)
+                if group["nesterov"]:
+                    ui.lerp_(mi, b).sign_()
+                else:
+                    torch.sign(mi, out=ui)
+                if scale is not None:
+                    ui.mul_(scale)
+                if store is not None:
+                    store(i)
+            return
+        foreach_lerp_(m, u, wt)
         if group["nesterov"]:
             torch._foreach_lerp_(u, m, b)
         else:
             torch._foreach_copy_(u, m)
         torch._foreach_sign_(u)
+        w.scale_(scale)
 
 
 class SGD:
@@ -138,17 +260,39 @@ class SGD:
     def init_state(self, p):
         return {"step": _step(p), "momentum_buffer": _zeros(p)}
 
-    def direction_(self, u, states, group, ok, mul_):
-        b, d = group["momentum"], group["dampening"]
+    chains = True
+
+    def direction_(self, w, states, group, ok, scale=None):
+        b, d, u = group["momentum"], group["dampening"], w.u
         advance_steps(states, ok)
         m = [s["momentum_buffer"] for s in states]
-        torch._foreach_mul_(u, (1 - d) * ok)  # (1-d) g, zero on a skipped step
-        torch._foreach_mul_(m, 1 - (1 - b) * ok)  # b m, unchanged on a skipped step
+        fg, fm = (1 - d) * ok, 1 - (1 - b) * ok  # (1-d) g, zero on a skipped step; b m, unchanged then
+        if w.per_tensor:  # tensor by tensor (see Work)
+            load, store = w.take_load(), w.take_store()
+            for i, (ui, mi) in enumerate(zip(u, m)):
+                if load is not None:
+                    load(i)
+                ui.mul_(fg)
+                mi.mul_(fm).add_(ui)
+                if group["nesterov"]:
+                    ui.add_(mi, alpha=b)
+                    if scale is not None:
+                        ui.mul_(scale)
+                elif scale is not None:
+                    torch.mul(mi, scale, out=ui)
+                else:
+                    ui.copy_(mi)
+                if store is not None:
+                    store(i)
+            return
+        w.mul_(fg)
+        torch._foreach_mul_(m, fm)
         torch._foreach_add_(m, u)
         if group["nesterov"]:
             torch._foreach_add_(u, m, alpha=b)
         else:
             torch._foreach_copy_(u, m)
+        w.scale_(scale)
 
 
 class Lion:
@@ -164,14 +308,32 @@ class Lion:
     def init_state(self, p):
         return {"step": _step(p), "exp_avg": _zeros(p)}
 
-    def direction_(self, u, states, group, ok, mul_):
+    chains = True
+
+    def direction_(self, w, states, group, ok, scale=None):
         b1, b2 = group["betas"]
+        u = w.u
         advance_steps(states, ok)
         m = [s["exp_avg"] for s in states]
+        wt = (1 - b2) * ok
+        if w.per_tensor:  # tensor by tensor (see Work)
+            load, store = w.take_load(), w.take_store()
+            for i, (ui, mi) in enumerate(zip(u, m)):
+                if load is not None:
+                    load(i)
+                interp = torch.lerp(ui, mi, b1)
+                mi.lerp_(ui, wt)
+                torch.sign(interp, out=ui)
+                if scale is not None:
+                    ui.mul_(scale)
+                if store is not None:
+                    store(i)
+            return
         interp = torch._foreach_lerp(u, m, b1)
-        torch._foreach_lerp_(m, u, (1 - b2) * ok)
+        foreach_lerp_(m, u, wt)
         torch._foreach_sign_(interp)
         torch._foreach_copy_(u, interp)
+        w.scale_(scale)
 
 
 class AdEMAMix:
@@ -217,17 +379,18 @@ class AdEMAMix:
             b3_t = torch.full_like(t, b3)
         return alpha_t, b3_t
 
-    def direction_(self, u, states, group, ok, mul_):
+    def direction_(self, w, states, group, ok, scale=None):
         b1, b2, _ = group["betas"]
+        u, mul_ = w.u, w.mul_
         t = advance_steps(states, ok)
         alpha_t, b3_t = self.schedules(t, group)
         m1 = [s["exp_avg"] for s in states]
         m2 = [s["exp_avg_slow"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
-        torch._foreach_lerp_(m1, u, (1 - b1) * ok)
+        foreach_lerp_(m1, u, (1 - b1) * ok)
         torch._foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)))
         torch._foreach_mul_(u, u)
-        torch._foreach_lerp_(v, u, (1 - b2) * ok)
+        foreach_lerp_(v, u, (1 - b2) * ok)
         torch._foreach_copy_(u, v)  # u <- 1 / (sqrt(v_hat) + eps)
         torch._foreach_sqrt_(u)
         mul_(torch.rsqrt(1.0 - b2**t))
@@ -238,6 +401,7 @@ class AdEMAMix:
         mul_(alpha_t)
         torch._foreach_mul_(fast, list((1.0 / (1.0 - b1**t)).unbind(0)))
         torch._foreach_add_(u, fast)
+        w.scale_(scale)
 
 
 class MARS:
@@ -258,19 +422,20 @@ class MARS:
     def init_state(self, p):
         return {"step": _step(p), "exp_avg": _zeros(p), "exp_avg_sq": _zeros(p), "last_grad": _zeros(p)}
 
-    def direction_(self, u, states, group, ok, mul_):
+    def direction_(self, w, states, group, ok, scale=None):
         b1, b2 = group["betas"]
+        u = w.u
         t = advance_steps(states, ok)
         last = [s["last_grad"] for s in states]
         diff = torch._foreach_sub(u, last)
-        torch._foreach_lerp_(last, u, ok)  # g_prev <- g (unchanged on a skipped step)
+        foreach_lerp_(last, u, ok)  # g_prev <- g (unchanged on a skipped step)
         torch._foreach_add_(u, diff, alpha=group["gamma"] * b1 / (1 - b1))
         del diff
         norms = torch.stack(torch._foreach_norm(u))
-        mul_(1.0 / norms.clamp_min(1.0))
+        w.mul_(1.0 / norms.clamp_min(1.0))
         m = [s["exp_avg"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
-        adam_direction_(u, m, v, t, b1, b2, group["eps"], ok, mul_)
+        adam_direction_(w, m, v, t, b1, b2, group["eps"], ok, scale)
 
 
 BASES = {cls.name: cls() for cls in (AdamW, Signum, SGD, Lion, AdEMAMix, MARS)}

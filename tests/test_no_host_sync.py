@@ -1,0 +1,147 @@
+"""No host-device synchronisation in the hot paths, checked on CPU at the dispatcher.
+
+Every way a tensor value reaches the host (``item()``, ``float()``/``bool()``/``if tensor``, and the C++
+argument parser turning a tensor into a ``Scalar``, e.g. ``torch._foreach_lerp_(m, u, weight_tensor)``)
+goes through ``aten::_local_scalar_dense``, the op that blocks on CUDA. A ``TorchDispatchMode`` that raises
+on it catches all of them on CPU, including the ones a monkeypatched ``Tensor.item`` cannot see. The CUDA
+check (``torch.cuda.set_sync_debug_mode("error")``) is in the benchmarks and the CUDA-only tests.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import spectrakit.optim as O
+from spectrakit._checks import no_value_checks
+
+
+class ForbidHostReads(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise AssertionError("a tensor value was read on the host (a sync on CUDA)")
+        return func(*args, **(kwargs or {}))
+
+
+def test_detector_catches_scalar_conversions():
+    m, u, w = [torch.zeros(3)], [torch.ones(3)], torch.tensor(0.5)
+    for fn in (lambda: float(w), lambda: bool(w > 0), lambda: torch._foreach_lerp_(m, u, w)):
+        with pytest.raises(AssertionError, match="host"), ForbidHostReads():
+            fn()
+    with ForbidHostReads():
+        torch._foreach_mul_(m, w)  # the Tensor overload stays on the device
+
+
+class _MultiTensor(O.Spectra):
+    """The non-CPU (``torch._foreach_*``) step path, forced on CPU."""
+
+    @staticmethod
+    def _per_tensor(device):
+        return False
+
+
+def _params():
+    g = torch.Generator().manual_seed(0)
+    return [torch.nn.Parameter(torch.randn(*s, generator=g)) for s in [(6, 10), (6, 10), (10, 6), (4, 3, 3, 3), (7,)]]
+
+
+PRESETS = [n for n in O.__all__ if isinstance(getattr(O, n), type) and n != "Spectra"]
+CONFIGS = [(n, {}) for n in PRESETS] + [
+    ("Spectra", dict(base="adamw", post="soft_clip", pre_c=1.0)),
+    ("Spectra", dict(base="signum", post="hardcap", vector_clip=True)),
+    ("Spectra", dict(base="adamw", post="soft_clip_accurate", max_batch_numel=60)),
+]
+
+
+@pytest.mark.parametrize("multi_tensor", [False, True], ids=["cpu-path", "multi-tensor-path"])
+@pytest.mark.parametrize("name,kw", CONFIGS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CONFIGS)])
+def test_optimizer_step_has_no_host_reads(name, kw, multi_tensor):
+    cls = getattr(O, name)
+    if multi_tensor:
+        cls = _MultiTensor if cls is O.Spectra else type(f"Multi{name}", (cls, _MultiTensor), {})
+    params = _params()
+    opt = cls(params, lr=1e-2, warmup_steps=2, **kw) if name != "Muon" else cls(params, lr=1e-2)
+    for k in range(3):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        if k == 1:
+            params[0].grad[0, 0] = float("nan")  # a skipped step takes the same path
+        with no_value_checks(), ForbidHostReads():
+            opt.step()
+    assert all(torch.isfinite(p).all() for p in params)
+
+
+def _linalg_calls():
+    import spectrakit.linalg as L
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 24, 40, generator=g)
+    w = torch.randn(3, 16, 16, generator=g)
+    thr = torch.tensor([0.5, 2.0, 8.0])
+    lo, hi = thr * 0.5, thr
+    return {
+        "msign": lambda: L.msign(x),
+        "msign_bf16": lambda: L.msign(x, dtype=torch.bfloat16),
+        "msign_muon_frobenius": lambda: L.msign(x, schedule="muon", normalize="frobenius"),
+        "soft_clip": lambda: L.soft_clip(x, thr),
+        "soft_clip_fast": lambda: L.soft_clip(x, thr, tall_steps=0),
+        "soft_clip_bf16": lambda: L.soft_clip(x, thr, dtype=torch.bfloat16),
+        "soft_clip_ns": lambda: L.soft_clip(x, thr, method="newton_schulz"),
+        "soft_clip_vec": lambda: L.soft_clip(x[0, 0], thr[0]),
+        "spectral_clip": lambda: L.spectral_clip(x, lo, hi),
+        "spectral_hardcap": lambda: L.spectral_hardcap(x, hi),
+        "spectral_hardcap_float": lambda: L.spectral_hardcap(x, 1.0),
+        "spectral_hardcap_dilation": lambda: L.spectral_hardcap(x, hi, method="dilation"),
+        "spectral_relu": lambda: L.spectral_relu(x, lo),
+        "eig_clip": lambda: L.eig_clip(w, -hi, hi),
+        "eig_stepfun": lambda: L.eig_stepfun(w, lo),
+        "proj_psd": lambda: L.proj_psd(w),
+        "spectral_norm": lambda: L.spectral_norm(x, iters=3),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_linalg_calls()))
+def test_linalg_functions_have_no_host_reads(name):
+    fn = _linalg_calls()[name]
+    fn()  # warm the host-side schedule caches
+    with no_value_checks(), ForbidHostReads():
+        fn()
+
+
+def test_manifold_sgd_step_has_no_host_reads():
+    from spectrakit.manifold import ManifoldSGD, SpectralBall, Spectrahedron
+
+    g = torch.Generator().manual_seed(1)
+    a = torch.nn.Parameter(torch.randn(6, 10, generator=g) * 0.1)
+    b = torch.nn.Parameter(torch.eye(8) / 8)
+    opt = ManifoldSGD([{"params": [a], "manifold": SpectralBall(1.0), "dualizer": "pdhg"},
+                       {"params": [b], "manifold": Spectrahedron(), "dualizer": "alternating"}], lr=0.05,
+                      momentum=0.9)
+    for _ in range(2):
+        a.grad, b.grad = torch.randn(6, 10, generator=g), torch.randn(8, 8, generator=g)
+        with no_value_checks(), ForbidHostReads():
+            opt.step()
+
+
+def test_conv_regularizer_warm_call_has_no_host_reads():
+    from spectrakit.conv import ConvRegularizer
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, stride=2))
+    for kind in ("tn", "f4", "2norm", "ratio"):
+        reg = ConvRegularizer(model, 1e-3, kind=kind, cold_iters=5, restarts=None if kind == "f4" else 2)
+        reg()  # cold call (restarts pick the best start with argmax/indexing on the device)
+        with no_value_checks(), ForbidHostReads():
+            reg().backward()
+
+
+def test_sharded_optimizer_world_size_one_has_no_host_reads():
+    from spectrakit.distributed import sharded
+
+    params = _params()
+    opt = sharded(O.SpectraAdamW)(params, lr=1e-2)
+    for _ in range(2):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        with no_value_checks(), ForbidHostReads():
+            opt.step()
