@@ -110,7 +110,7 @@ def test_linalg_functions_have_no_host_reads(name):
 
 
 def test_manifold_sgd_step_has_no_host_reads():
-    from spectrakit.manifold import ManifoldSGD, SpectralBall, Spectrahedron
+    from spectrakit.manifold import ManifoldSGD, Spectrahedron, SpectralBall
 
     g = torch.Generator().manual_seed(1)
     a = torch.nn.Parameter(torch.randn(6, 10, generator=g) * 0.1)
