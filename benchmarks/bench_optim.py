@@ -11,6 +11,11 @@ interleaved rep by rep with steps (``step (interleaved) ms``), and their differe
 non-finite check, grad copy, base direction, update), so the step overhead beyond the matrix function is
 visible.
 
+Peak extra memory of one step (``peak_extra_MiB``, ``extra / largest param``; issue #3's target: about one
+copy of the largest parameter): on CUDA ``torch.cuda.max_memory_allocated`` over the timed steps minus the
+memory held before them; on CPU the peak of allocated-minus-freed bytes over one step from the profiler's
+memory events (:func:`cpu_peak_extra`; the allocation pattern does not depend on the device).
+
 Also reports the FLOP-count bound of the soft clips of SpectraAdamW: model FLOPs of
 ``linalg.soft_clip(method="polar")`` divided by the measured matmul throughput of the device in the compute
 dtype, and (CUDA) whether ``torch.cuda.set_sync_debug_mode("error")`` passes for our optimizers.
@@ -126,11 +131,29 @@ def record_transform_calls(opt) -> list[tuple]:
 
 
 def replay(calls: list[tuple]) -> None:
-    """The recorded transform calls alone (same inputs, same order)."""
+    """The recorded transform calls alone (same inputs, same order), with the variant the optimizer calls
+    (``fn.inplace`` where one exists: it overwrites the recorded input, which changes neither the work nor
+    the memory traffic of the next replay)."""
     for name, U, c, steps, dtype in calls:
         fn = POST_TRANSFORMS[name]
+        fn = getattr(fn, "inplace", fn)
         if fn is not None:
             fn(U, c, steps, dtype)
+
+
+def cpu_peak_extra(fn) -> int:
+    """Peak of allocated-minus-freed bytes while ``fn()`` runs on CPU (profiler memory events, time order)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    cur = peak = 0
+    for e in events:
+        cur += e.nbytes()
+        peak = max(peak, cur)
+    return peak
 
 
 def matmul_tflops(device, dtype, size: int) -> float:
@@ -178,10 +201,10 @@ def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
             base_mem = torch.cuda.memory_allocated()
         ms = time_fn(opt.step, device, warmup=2, reps=reps)
         row = {"optimizer": name, "step_ms": ms}
+        extra = torch.cuda.max_memory_allocated() - base_mem if cuda else cpu_peak_extra(opt.step)
+        row["peak_extra_MiB"] = extra / 2**20
+        row["extra / largest param"] = extra / largest
         if cuda:
-            extra = torch.cuda.max_memory_allocated() - base_mem
-            row["peak_extra_MiB"] = extra / 2**20
-            row["extra / largest param"] = extra / largest
             if not name.startswith(("torch", "paper")):
                 try:
                     torch.cuda.set_sync_debug_mode("error")

@@ -43,9 +43,12 @@ Non-finite gradient policy: if ANY gradient of the step contains inf/nan, the wh
 arithmetic (``ok`` multiplies every state/parameter update), never by a Python ``if`` on a tensor.
 Non-finite entries of ``p.grad`` are not modified; the copies in the work tensor are zeroed.
 
-Extra memory per step: one fp32 work tensor per batch plus the post-transform's output and its
-temporaries; batches are processed one after the other, so the peak is set by the largest batch
-(optionally bounded by ``max_batch_numel``). Parameters are never cloned.
+Extra memory per step: one fp32 work tensor per batch plus the post-transform's temporaries (the default
+fast soft clip overwrites the work tensor and adds only ``4 min(m, n)^2`` elements per matrix, see
+:mod:`spectrakit.optim.transforms`; other transforms allocate a full-size output); batches are processed
+one after the other, and by default no batch costs more than the group's largest parameter alone (work
+copy plus workspace), so the peak is about one copy of the largest parameter (``max_batch_numel`` sets
+another cap). Parameters are never cloned.
 """
 
 from __future__ import annotations
@@ -64,9 +67,13 @@ from spectrakit.optim.transforms import (
     matrix_shape,
     update_scale,
     vector_soft_clip_factors,
+    workspace_numel,
 )
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+# Floor of the default batch budget (elements, 4 MiB in fp32): below it the per-batch overhead dominates
+# and the extra memory is negligible, so small parameters are never split into more batches.
+MIN_BATCH_NUMEL = 2**20
 
 
 class Spectra(torch.optim.Optimizer):
@@ -103,8 +110,13 @@ class Spectra(torch.optim.Optimizer):
         vector_clip: if True, 1-D/0-d parameters get the smooth vector clip
             ``u / sqrt(1 + ||u||^2 / c^2)`` as post-transform (and as pre-transform when ``pre_c`` is set).
         peak_lr: LR peak for the warm-up rule (None: the group's ``lr`` at construction).
-        max_batch_numel: None (default: one batch per shape) or an int >= 1 capping the elements of a
-            stacked batch (bounds the extra memory; a single larger parameter still forms its own batch).
+        max_batch_numel: None (default) or an int >= 1 capping the elements of a stacked batch plus the
+            post-transform's workspace (4 ``min(m, n)^2`` per matrix for the default fast soft clip, 0
+            for the other transforms); this bounds the extra memory; a single larger parameter still
+            forms its own batch. Default: the cost of the group's most expensive single parameter (at
+            least ``MIN_BATCH_NUMEL`` = 2^20), so the peak extra memory of a step is about one copy of
+            the largest parameter (the 12-24 matrices of one transformer weight type still form 1-4
+            batches).
         **base_kwargs: hyperparameters of the base direction (e.g. ``betas``, ``eps``, ``momentum``,
             ``nesterov``, ``dampening``, ``alpha``, ``gamma``); unknown names raise TypeError.
 
@@ -267,7 +279,8 @@ class Spectra(torch.optim.Optimizer):
         """Split a group's parameters with gradients into batches: (kind, shape, params).
 
         ``kind`` is ``"matrix"`` (ndim >= 2, same ``(m, n)`` view, dtype, device) or ``"flat"``
-        (ndim < 2, same dtype and device); batches respect ``max_batch_numel``."""
+        (ndim < 2, same dtype and device); the :meth:`_batch_cost` of a batch (elements plus the
+        post-transform's workspace) stays within ``max_batch_numel``, by default :meth:`_batch_cap`."""
         buckets: dict[tuple, list[torch.Tensor]] = {}
         for p in group["params"]:
             if p.grad is None or p.numel() == 0:
@@ -277,31 +290,56 @@ class Spectra(torch.optim.Optimizer):
             key = ("matrix", matrix_shape(p.shape)) if p.ndim >= 2 else ("flat", None)
             buckets.setdefault((*key, p.dtype, p.device), []).append(p)
         cap = group["max_batch_numel"]
+        if cap is None:
+            cap = self._batch_cap(group)
         for (kind, shape, _, _), ps in buckets.items():
-            if cap is None:
-                yield kind, shape, ps
-                continue
             chunk, size = [], 0
             for p in ps:
-                if chunk and size + p.numel() > cap:
+                numel = self._batch_cost(group, kind, shape, p)
+                if chunk and size + numel > cap:
                     yield kind, shape, chunk
                     chunk, size = [], 0
                 chunk.append(p)
-                size += p.numel()
+                size += numel
             yield kind, shape, chunk
+
+    @staticmethod
+    def _batch_cost(group: dict, kind: str, shape: tuple | None, p: torch.Tensor) -> int:
+        """Elements that parameter ``p`` adds to the peak memory of its batch: its work copy plus, for a
+        matrix, the workspace of the group's post-transform
+        (:func:`~spectrakit.optim.transforms.workspace_numel`, e.g. the Gram matrices of the fast soft
+        clip)."""
+        extra = workspace_numel(group["post"], *shape) if kind == "matrix" else 0
+        return p.numel() + extra
+
+    def _batch_cap(self, group: dict) -> int:
+        """Default batch budget (``max_batch_numel=None``): the largest :meth:`_batch_cost` of a single
+        parameter of the group (the unavoidable peak: one copy of the largest parameter plus its
+        workspace), so that no batch needs more extra memory than the largest parameter alone; at least
+        :data:`MIN_BATCH_NUMEL` (small models keep their same-shape matrices in one batch)."""
+        cap = MIN_BATCH_NUMEL
+        for p in group["params"]:
+            if p.grad is not None and p.numel() > 0:
+                kind, shape = ("matrix", matrix_shape(p.shape)) if p.ndim >= 2 else ("flat", None)
+                cap = max(cap, self._batch_cost(group, kind, shape, p))
+        return cap
 
     def _plan(self, group: dict) -> list[tuple]:
         """The batches of one step: ``(kind, shape, params, alpha)`` for each batch of :meth:`_batches`,
         ``alpha`` from :meth:`_update_scale`. When the group's update is element-wise (``post="none"``, no
-        ``vector_clip``, no ``pre_c``, no ``max_batch_numel``), the CPU batches of one (dtype, alpha) are
-        merged into one ``"flat"`` batch: same arithmetic, fewer small per-batch ops. (Not on CUDA, where a
-        flat batch applies its per-parameter factors with one kernel per parameter instead of one per
-        stacked batch.)"""
+        ``vector_clip``, no ``pre_c``), the CPU batches of one (dtype, alpha) are merged into ``"flat"``
+        batches of at most ``max_batch_numel`` elements (default: the largest parameter's, at least
+        :data:`MIN_BATCH_NUMEL`), in order: same
+        arithmetic, fewer small per-batch ops. (Not on CUDA, where a flat batch applies its per-parameter
+        factors with one kernel per parameter instead of one per stacked batch.)"""
         plan = [(kind, shape, ps, self._update_scale(group, kind, shape, ps))
                 for kind, shape, ps in self._batches(group)]
         if (POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"] or group["pre_c"] is not None
-                or group["max_batch_numel"] is not None or len(plan) < 2):
+                or len(plan) < 2):
             return plan
+        cap = group["max_batch_numel"]
+        if cap is None:
+            cap = max(MIN_BATCH_NUMEL, *(p.numel() for batch in plan for p in batch[2]))
         out, flat = [], {}
         for batch in plan:
             ps, alpha = batch[2], batch[3]
@@ -309,10 +347,13 @@ class Spectra(torch.optim.Optimizer):
                 out.append(batch)
                 continue
             key = (ps[0].dtype, ps[0].device, alpha)
-            if key not in flat:
-                flat[key] = ("flat", None, [], alpha)
-                out.append(flat[key])
-            flat[key][2].extend(ps)
+            for p in ps:
+                cur = flat.get(key)
+                if cur is None or (cur[1] and cur[1] + p.numel() > cap):
+                    cur = flat[key] = [("flat", None, [], alpha), 0]
+                    out.append(cur[0])
+                cur[0][2].append(p)
+                cur[1] += p.numel()
         return out
 
     def _post_transform_groups(self, batches: list[dict]) -> list[torch.Tensor]:
@@ -322,12 +363,14 @@ class Spectra(torch.optim.Optimizer):
         directions ``U`` stacks, in order), ``stage`` (``"pre"`` or ``"post"``), ``post`` (the transform
         name, a key of ``POST_TRANSFORMS``; the group's ``pre`` name for the pre-clip), ``c`` (float
         threshold), ``steps`` (iteration count or None) and ``dtype`` (compute dtype or None). Returns the
-        transformed batches (same shapes; may be ``U`` itself for ``"none"``). This is the step a
+        transformed batches (same shapes; may be ``U`` itself, overwritten: ``"none"`` and the in-place
+        variant ``fn.inplace`` of a transform, used when present, e.g. the fast soft clip). This is the step a
         distributed subclass overrides (split each batch by owner rank, transform the own slice,
         exchange)."""
         out = []
         for b in batches:
             fn = POST_TRANSFORMS[b["post"]]
+            fn = getattr(fn, "inplace", fn)  # the in-place variant where one exists (may overwrite U)
             out.append(b["U"] if fn is None else fn(b["U"], b["c"], b["steps"], b["dtype"]))
         return out
 
@@ -392,6 +435,8 @@ class Spectra(torch.optim.Optimizer):
         )
         post = group["post"]
         for kind, shape, params, alpha in self._plan(group):
+            # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
+            buf = views = w = load = store = pre = res = upd = deltas = None
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
             per_tensor = self._per_tensor(dev)
             ok_d = ok.to(device=dev, dtype=wdt, non_blocking=True)

@@ -10,7 +10,8 @@ optimizer calls it once per (shape, dtype) batch. Names:
 - ``soft_clip_accurate``: the same map by ``linalg.soft_clip``'s default polar route (3 tall + 6 Gram
   steps in fp32, error <= 1e-3 for ``sigma_max/c`` up to 1e4); the default PRE-transform (raw gradients
   can be far above ``pre_c``);
-- ``soft_clip_fast``: the same map by the Gram-only route ``linalg.soft_clip(tall_steps=0)`` (6
+- ``soft_clip_fast``: the same map by the Gram-only route ``linalg.soft_clip(tall_steps=0)``
+  (implemented by its in-place form ``linalg.soft_clip.soft_clip_fast_``, equal to rounding; 6
   Polar-Express steps on ``U U^T + c^2 I``, fp32: 0.72-0.76x the paper's Newton-Schulz FLOPs, 1.5-1.7x
   faster than ``soft_clip`` on CPU; relative error <= 1e-3 only for ``sigma_max(U)/c <= 300``, tested;
   beyond that a safe under-shoot, e.g. ~2e-2 at 1e3). A bfloat16 compute dtype uses the accurate route
@@ -29,6 +30,11 @@ optimizer calls it once per (shape, dtype) batch. Names:
 
 (``U = P diag(s) Q^T``; the singular vectors are kept.) ``spectrakit.linalg`` is imported lazily,
 so the exact variants work without it.
+
+Memory: ``soft_clip``/``soft_clip_fast`` have an in-place variant (``POST_TRANSFORMS["soft_clip"].inplace``,
+fp32/fp64 compute) that overwrites ``U`` and allocates no full-size temporary (4 ``m x m`` Gram matrices
+per matrix, then a block of at most ``2^20`` elements); the optimizer calls it on its work tensor. The
+entries of ``POST_TRANSFORMS`` themselves never modify ``U``.
 """
 
 from __future__ import annotations
@@ -75,13 +81,45 @@ def _soft_clip_accurate(U, c, steps=None, dtype=None):
         return _linalg().soft_clip(U, c, steps=steps, dtype=dtype)
 
 
+def _inplace_ok(U, dtype) -> bool:
+    return U.dtype in (torch.float32, torch.float64) and (dtype is None or dtype == U.dtype)
+
+
 def _soft_clip_fast(U, c, steps=None, dtype=None):
-    """Fast Gram-only soft clip (``linalg.soft_clip(tall_steps=0)``); bf16 compute falls back to the
-    accurate route (the bf16 Gram phase diverges)."""
+    """Fast Gram-only soft clip: ``linalg.soft_clip.soft_clip_fast_`` on a contiguous copy of ``U`` (the
+    iteration of ``linalg.soft_clip(tall_steps=0)``, equal to it to rounding, and bit-identical to the
+    optimizer's in-place call on its contiguous work tensor); other compute dtypes go through
+    ``linalg.soft_clip(tall_steps=0)``, bf16 through the accurate route (the bf16 Gram phase diverges)."""
+    if _inplace_ok(U, dtype):
+        return _soft_clip_fast_inplace(U.clone(memory_format=torch.contiguous_format), c, steps, dtype)
     cdt = U.dtype if dtype is None else dtype
     tall = None if cdt == torch.bfloat16 else 0
     with no_value_checks():
         return _linalg().soft_clip(U, c, steps=steps, dtype=dtype, tall_steps=tall)
+
+
+def _soft_clip_fast_inplace(U, c, steps=None, dtype=None):
+    """:func:`_soft_clip_fast` that overwrites ``U`` and returns it (``linalg.soft_clip.soft_clip_fast_``, no
+    full-size temporary) when ``U`` is float32/float64 and the compute dtype is ``U``'s; otherwise the
+    out-of-place route (``U`` unchanged, a new tensor returned)."""
+    if not _inplace_ok(U, dtype):
+        return _soft_clip_fast(U, c, steps, dtype)
+    from spectrakit.linalg.soft_clip import soft_clip_fast_
+
+    with no_value_checks():
+        return soft_clip_fast_(U, c, steps=steps)
+
+
+# the in-place variant the optimizer calls (Spectra._post_transform_groups uses ``fn.inplace`` when present)
+_soft_clip_fast.inplace = _soft_clip_fast_inplace
+
+
+def workspace_numel(post: str, m: int, n: int) -> int:
+    """Elements of the temporaries that the optimizer's call of post-transform ``post`` allocates for one
+    ``(m, n)`` matrix besides the work tensor: ``4 min(m, n)^2`` for the in-place fast soft clip (its Gram
+    iteration), 0 for an identity and for the other transforms (not modelled: they allocate at least a
+    full-size output). Used to size the default batches (see ``Spectra``'s ``max_batch_numel``)."""
+    return 4 * min(m, n) ** 2 if POST_TRANSFORMS.get(post) is _soft_clip_fast else 0
 
 
 def _soft_clip_ns(U, c, steps=None, dtype=None):

@@ -1,5 +1,7 @@
 """soft_clip (polar, newton_schulz, exact) against the float64 numpy SVD oracle."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -291,3 +293,65 @@ def test_fast_flop_count_matches_issued_products(shape, steps):
     assert fc.get_total_flops() == model
     if steps is None:  # default: below the paper's 10-step Newton-Schulz
         assert model < soft_clip_newton_schulz_flops(*shape)
+
+
+# ----------------------------------------------------------------------------- in-place fast route (issue 3)
+@pytest.mark.parametrize("shape", [(64, 192), (192, 64), (96, 96), (3, 40, 120), (4, 90, 30)])
+@pytest.mark.parametrize("kind", ["gauss", "spike", "illcond"])
+def test_fast_inplace_matches_out_of_place_and_oracle(shape, kind):
+    """``soft_clip_fast_`` (the optimizer's in-place route, no full-size temporary) equals
+    ``soft_clip(tall_steps=0)`` to rounding and the SVD oracle to 1e-3 up to sigma_max / c = 300, with a
+    float or a per-matrix tensor threshold and a small block budget (many column blocks)."""
+    from spectrakit.linalg.soft_clip import soft_clip_fast_
+
+    batch, (m, n) = shape[:-2], shape[-2:]
+    x = torch.stack([_input((m, n), kind) for _ in range(math.prod(batch))]).reshape(shape).float()
+    smax = torch.linalg.matrix_norm(x.double(), 2)
+    for ratio in (1e-2, 1.0, 30.0, FAST_MAX_RATIO):
+        c = (smax / ratio) if batch else float(smax / ratio)
+        ref = soft_clip(x, c, tall_steps=0)
+        y = x.clone()
+        assert soft_clip_fast_(y, c, chunk=500) is y
+        # rounding of the fp32 Gram matrix is relative ~eps (sigma_max / c)^2 on its smallest eigenvalue
+        tol = 2e-5 * max(1.0, ratio / 30) ** 2
+        assert rel_err(y, np64(ref)) <= tol, (ratio, rel_err(y, np64(ref)))
+        for i in range(math.prod(batch)):
+            xi = x.reshape(-1, m, n)[i]
+            ci = float(c.reshape(-1)[i]) if batch else c
+            assert rel_err(y.reshape(-1, m, n)[i], _oracle(xi, ci)) <= 1e-3, (ratio, i)
+
+
+def test_fast_inplace_on_a_transposed_view_and_fp64():
+    from spectrakit.linalg.soft_clip import soft_clip_fast_
+
+    x = spiked(64, 160, 1e4)
+    smax = float(torch.linalg.matrix_norm(x, 2))
+    base = x.T.contiguous()
+    view = base.T  # writes go through the view into base
+    soft_clip_fast_(view, smax / 300)
+    assert rel_err(base.T, _oracle(x, smax / 300)) <= 1e-6
+
+
+def test_fast_inplace_flops_and_validation():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from spectrakit.linalg.soft_clip import soft_clip_fast_
+
+    x = torch.randn(64, 256)
+    with FlopCounterMode(display=False) as a:
+        soft_clip(x, 0.5, tall_steps=0)
+    with FlopCounterMode(display=False) as b:
+        soft_clip_fast_(x.clone(), 0.5)
+    assert a.get_total_flops() == b.get_total_flops()
+    with pytest.raises(TypeError, match="float32"):
+        soft_clip_fast_(torch.randn(8, 16, dtype=torch.bfloat16), 1.0)
+    with pytest.raises(ValueError, match="dims"):
+        soft_clip_fast_(torch.randn(8), 1.0)
+    with pytest.raises(ValueError, match="chunk"):
+        soft_clip_fast_(torch.randn(8, 16), 1.0, chunk=0)
+    with pytest.raises(ValueError, match="c"):
+        soft_clip_fast_(torch.randn(8, 16), -1.0)
+    with pytest.raises(ValueError, match="c"):
+        soft_clip_fast_(torch.randn(2, 8, 16), torch.ones(3))
+    empty = torch.randn(0, 16)
+    assert soft_clip_fast_(empty, 1.0) is empty

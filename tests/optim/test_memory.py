@@ -1,0 +1,125 @@
+"""Peak extra memory of one optimizer step (issue #3: at most about one copy of the largest parameter).
+
+Measured on CPU from the profiler's memory events (allocations minus frees, in time order): the allocation
+pattern of the step does not depend on the device (on CUDA, ``torch.cuda.max_memory_allocated`` gives the
+same peak, see benchmarks/bench_optim.py). The parameter set is a scaled-down LLaMA (untied embedding and
+head, the largest parameters, SwiGLU MLP, 2 layers).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import spectrakit.optim as O
+from spectrakit._checks import no_value_checks
+from spectrakit.linalg import soft_clip
+from spectrakit.linalg.soft_clip import soft_clip_fast_
+from spectrakit.optim.transforms import POST_TRANSFORMS
+
+D, FFN, VOCAB, LAYERS = 64, 176, 32768, 2  # largest: 8 MiB, above the batch floor (4 MiB)
+
+
+def peak_extra(fn) -> int:
+    """Peak of (allocated - freed) bytes while ``fn()`` runs (CPU allocations, profiler memory events)."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    cur = peak = 0
+    for e in events:
+        cur += e.nbytes()
+        peak = max(peak, cur)
+    return peak
+
+
+def _llama_params(seed: int = 0) -> list[torch.nn.Parameter]:
+    shapes = [(VOCAB, D)]
+    for _ in range(LAYERS):
+        shapes += [(D,), (D, D), (D, D), (D, D), (D, D), (D,), (FFN, D), (FFN, D), (D, FFN)]
+    shapes += [(D,), (VOCAB, D)]
+    g = torch.Generator().manual_seed(seed)
+    params = [torch.nn.Parameter(torch.randn(s, generator=g) * 0.02) for s in shapes]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g) * 1e-2
+    return params
+
+
+@pytest.mark.parametrize("name", ["SpectraAdamW", "AdamW", "SpectraSignum"])
+def test_step_peak_extra_is_one_largest_parameter(name):
+    params = _llama_params()
+    largest = max(p.numel() * p.element_size() for p in params)
+    opt = getattr(O, name)(params, lr=1e-3)
+    opt.step()  # states allocated here
+    peak = peak_extra(opt.step)
+    assert peak <= 1.05 * largest, (name, peak / largest)
+    assert peak >= largest  # the work copy of the largest parameter (sanity of the measurement)
+
+
+def test_default_batches_split_by_cost_and_update_matches_unbatched():
+    """The default cap splits a shape's matrices into batches no costlier than the largest parameter (the
+    embedding and the head, same shape, go one after the other), and the update equals the
+    one-matrix-per-batch update (batching does not change the arithmetic)."""
+    params = _llama_params(1)
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    for p, q in zip(params, twins):
+        q.grad = p.grad.clone()
+    opt = O.SpectraAdamW(params, lr=1e-2, weight_decay=0.1)
+    ref = O.SpectraAdamW(twins, lr=1e-2, weight_decay=0.1, max_batch_numel=1)
+    group = opt.param_groups[0]
+    cap = opt._batch_cap(group)
+    assert cap == VOCAB * D + 4 * D * D
+    batches = list(opt._batches(group))
+    for kind, shape, ps in batches:
+        cost = sum(opt._batch_cost(group, kind, shape, p) for p in ps)
+        assert cost <= cap or len(ps) == 1
+    assert [len(ps) for _, shape, ps in batches if shape == (VOCAB, D)] == [1, 1]
+    assert [len(ps) for _, shape, ps in batches if shape == (D, D)] == [4 * LAYERS]
+    for _ in range(2):
+        opt.step()
+        ref.step()
+    for p, q in zip(params, twins):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def test_plain_adamw_flat_batches_respect_the_cap():
+    params = _llama_params(2)
+    opt = O.AdamW(params, lr=1e-3)
+    plan = opt._plan(opt.param_groups[0])
+    assert len(plan) >= 2
+    for _, _, ps, _ in plan:
+        assert sum(p.numel() for p in ps) <= VOCAB * D or len(ps) == 1
+
+
+@pytest.mark.parametrize("shape", [(2, 4096, 32), (3, 32, 2048)])
+def test_inplace_soft_clip_peak_is_small(shape):
+    """The in-place fast soft clip allocates no full-size temporary: Gram matrices and one block only
+    (without the value checks, as the optimizer calls it: ``isfinite`` allocates full-size masks)."""
+    U = torch.randn(*shape)
+    m = min(shape[-2:])
+    numel = U.numel()
+    with no_value_checks():
+        peak = peak_extra(lambda: soft_clip_fast_(U, 1.0))
+    bound = 4 * (shape[0] * (4 * m * m) + numel // 32) + 4096
+    assert peak <= bound, (peak, bound)
+    # the out-of-place route allocates several full-size tensors
+    assert peak_extra(lambda: soft_clip(U, 1.0, tall_steps=0)) >= 2 * 4 * numel
+
+
+def test_inplace_transform_overwrites_only_via_the_optimizer_hook():
+    """``POST_TRANSFORMS["soft_clip"]`` keeps its input; its ``inplace`` variant (the optimizer's) writes
+    the same result into it; a bf16 compute dtype falls back to the out-of-place route."""
+    g = torch.Generator().manual_seed(3)
+    U = torch.randn(4, 24, 80, generator=g)
+    keep = U.clone()
+    fn = POST_TRANSFORMS["soft_clip"]
+    out = fn(U, 0.5)
+    torch.testing.assert_close(U, keep, rtol=0, atol=0)
+    res = fn.inplace(U, 0.5)
+    assert res is U
+    torch.testing.assert_close(res, out, rtol=0, atol=0)  # bit-identical: same route, same layout
+    V = keep.clone()
+    res16 = fn.inplace(V, 0.5, None, torch.bfloat16)
+    assert res16 is not V
+    torch.testing.assert_close(V, keep, rtol=0, atol=0)
