@@ -14,7 +14,8 @@ visible.
 Peak extra memory of one step (``peak_extra_MiB``, ``extra / largest param``; issue #3's target: about one
 copy of the largest parameter): on CUDA ``torch.cuda.max_memory_allocated`` over the timed steps minus the
 memory held before them; on CPU the peak of allocated-minus-freed bytes over one step from the profiler's
-memory events (:func:`cpu_peak_extra`; the allocation pattern does not depend on the device).
+memory events (:func:`spectrakit.linalg.timing.cpu_peak_extra_bytes`; the allocation pattern does not depend
+on the device).
 
 Also reports the FLOP-count bound of the soft clips of SpectraAdamW: model FLOPs of
 ``linalg.soft_clip(method="polar")`` divided by the measured matmul throughput of the device in the compute
@@ -38,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._common import command_line, time_fn, write_section  # noqa: E402
 from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
 from spectrakit.linalg.flops import soft_clip_fast_flops_by_dtype, soft_clip_polar_flops  # noqa: E402
+from spectrakit.linalg.timing import cpu_peak_extra_bytes  # noqa: E402
 from spectrakit.optim import AdamW, Muon, SpectraAdamW, SpectraSignum  # noqa: E402
 from spectrakit.optim.transforms import POST_TRANSFORMS  # noqa: E402
 
@@ -141,21 +143,6 @@ def replay(calls: list[tuple]) -> None:
             fn(U, c, steps, dtype)
 
 
-def cpu_peak_extra(fn) -> int:
-    """Peak of allocated-minus-freed bytes while ``fn()`` runs on CPU (profiler memory events, time order)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
-    cur = peak = 0
-    for e in events:
-        cur += e.nbytes()
-        peak = max(peak, cur)
-    return peak
-
-
 def matmul_tflops(device, dtype, size: int) -> float:
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
@@ -201,7 +188,7 @@ def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
             base_mem = torch.cuda.memory_allocated()
         ms = time_fn(opt.step, device, warmup=2, reps=reps)
         row = {"optimizer": name, "step_ms": ms}
-        extra = torch.cuda.max_memory_allocated() - base_mem if cuda else cpu_peak_extra(opt.step)
+        extra = torch.cuda.max_memory_allocated() - base_mem if cuda else cpu_peak_extra_bytes(opt.step)
         row["peak_extra_MiB"] = extra / 2**20
         row["extra / largest param"] = extra / largest
         if cuda:

@@ -1,4 +1,5 @@
-"""Device-synchronised wall-clock timing of a callable (used by ``spectrakit ops`` and the benchmark)."""
+"""Device-synchronised wall-clock timing of a callable and the peak extra memory of a CPU call (used by
+``spectrakit ops``, the benchmarks and the memory tests)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,20 @@ def time_ms(fn: Callable[[], object], device: torch.device | str, *, warmup: int
             times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
     return times[len(times) // 2]
+
+
+def cpu_peak_extra_bytes(fn: Callable[[], object]) -> int:
+    """Peak of (bytes allocated - bytes freed) on the CPU while ``fn()`` runs, from the profiler's memory
+    events in time order: the CPU counterpart of ``torch.cuda.max_memory_allocated() - memory_allocated()``
+    (the allocation pattern of device-independent code is the same on both)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns())
+    cur = peak = 0
+    for e in events:
+        cur += e.nbytes()
+        peak = max(peak, cur)
+    return peak

@@ -90,6 +90,17 @@ class Work:
         f, self._store = self._store, None
         return f
 
+    def each(self, body, *lists) -> None:
+        """The per-tensor pipeline: for every ``i`` the deferred ``load(i)``, then
+        ``body(u[i], *(l[i] for l in lists))``, then the handed-over ``store(i)`` (takes both)."""
+        load, store = self.take_load(), self.take_store()
+        for i, items in enumerate(zip(self.u, *lists)):
+            if load is not None:
+                load(i)
+            body(*items)
+            if store is not None:
+                store(i)
+
     @property
     def pending(self) -> bool:
         """Whether a deferred load or update was not taken (the optimizer then does it itself)."""
@@ -168,10 +179,8 @@ def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
     w1, w2 = (1 - b1) * ok, (1 - b2) * ok
     r, c = torch.rsqrt(1.0 - b2**t), 1.0 / (1.0 - b1**t)
     if w.per_tensor:  # tensor by tensor, cache-resident (see Work)
-        load, store = w.take_load(), w.take_store()
-        for i, (ui, mi, vi, ri, ci) in enumerate(zip(u, m, v, r.unbind(0), c.unbind(0))):
-            if load is not None:
-                load(i)
+
+        def body(ui, mi, vi, ri, ci):
             mi.lerp_(ui, w1)
             ui.mul_(ui)
             vi.lerp_(ui, w2)
@@ -179,8 +188,8 @@ def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
             ui.mul_(ri).add_(eps).reciprocal_().mul_(mi).mul_(ci)
             if scale is not None:
                 ui.mul_(scale)
-            if store is not None:
-                store(i)
+
+        w.each(body, m, v, r.unbind(0), c.unbind(0))
         return
     foreach_lerp_(m, u, w1)
     buf.mul_(buf)
@@ -219,10 +228,8 @@ class Signum:
         m = [s["momentum_buffer"] for s in states]
         wt = (1 - b) * ok
         if w.per_tensor:  # tensor by tensor (see Work)
-            load, store = w.take_load(), w.take_store()
-            for i, (ui, mi) in enumerate(zip(u, m)):
-                if load is not None:
-                    load(i)
+
+            def body(ui, mi):
                 mi.lerp_(ui, wt)
                 if group["nesterov"]:
                     ui.lerp_(mi, b).sign_()
@@ -230,8 +237,8 @@ class Signum:
                     torch.sign(mi, out=ui)
                 if scale is not None:
                     ui.mul_(scale)
-                if store is not None:
-                    store(i)
+
+            w.each(body, m)
             return
         foreach_lerp_(m, u, wt)
         if group["nesterov"]:
@@ -268,10 +275,8 @@ class SGD:
         m = [s["momentum_buffer"] for s in states]
         fg, fm = (1 - d) * ok, 1 - (1 - b) * ok  # (1-d) g, zero on a skipped step; b m, unchanged then
         if w.per_tensor:  # tensor by tensor (see Work)
-            load, store = w.take_load(), w.take_store()
-            for i, (ui, mi) in enumerate(zip(u, m)):
-                if load is not None:
-                    load(i)
+
+            def body(ui, mi):
                 ui.mul_(fg)
                 mi.mul_(fm).add_(ui)
                 if group["nesterov"]:
@@ -282,8 +287,8 @@ class SGD:
                     torch.mul(mi, scale, out=ui)
                 else:
                     ui.copy_(mi)
-                if store is not None:
-                    store(i)
+
+            w.each(body, m)
             return
         w.mul_(fg)
         torch._foreach_mul_(m, fm)
@@ -317,17 +322,15 @@ class Lion:
         m = [s["exp_avg"] for s in states]
         wt = (1 - b2) * ok
         if w.per_tensor:  # tensor by tensor (see Work)
-            load, store = w.take_load(), w.take_store()
-            for i, (ui, mi) in enumerate(zip(u, m)):
-                if load is not None:
-                    load(i)
+
+            def body(ui, mi):
                 interp = torch.lerp(ui, mi, b1)
                 mi.lerp_(ui, wt)
                 torch.sign(interp, out=ui)
                 if scale is not None:
                     ui.mul_(scale)
-                if store is not None:
-                    store(i)
+
+            w.each(body, m)
             return
         interp = torch._foreach_lerp(u, m, b1)
         foreach_lerp_(m, u, wt)

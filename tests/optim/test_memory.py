@@ -10,28 +10,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import spectrakit.optim as O
 from spectrakit._checks import no_value_checks
 from spectrakit.linalg import soft_clip
 from spectrakit.linalg.soft_clip import soft_clip_fast_
+from spectrakit.linalg.timing import cpu_peak_extra_bytes
 from spectrakit.optim.transforms import POST_TRANSFORMS
 
 D, FFN, VOCAB, LAYERS = 64, 176, 32768, 2  # largest: 8 MiB, above the batch floor (4 MiB)
-
-
-def peak_extra(fn) -> int:
-    """Peak of (allocated - freed) bytes while ``fn()`` runs (CPU allocations, profiler memory events)."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns())
-    cur = peak = 0
-    for e in events:
-        cur += e.nbytes()
-        peak = max(peak, cur)
-    return peak
 
 
 def _llama_params(seed: int = 0) -> list[torch.nn.Parameter]:
@@ -52,7 +39,7 @@ def test_step_peak_extra_is_one_largest_parameter(name):
     largest = max(p.numel() * p.element_size() for p in params)
     opt = getattr(O, name)(params, lr=1e-3)
     opt.step()  # states allocated here
-    peak = peak_extra(opt.step)
+    peak = cpu_peak_extra_bytes(opt.step)
     assert peak <= 1.05 * largest, (name, peak / largest)
     assert peak >= largest  # the work copy of the largest parameter (sanity of the measurement)
 
@@ -100,11 +87,11 @@ def test_inplace_soft_clip_peak_is_small(shape):
     m = min(shape[-2:])
     numel = U.numel()
     with no_value_checks():
-        peak = peak_extra(lambda: soft_clip_fast_(U, 1.0))
+        peak = cpu_peak_extra_bytes(lambda: soft_clip_fast_(U, 1.0))
     bound = 4 * (shape[0] * (4 * m * m) + numel // 32) + 4096
     assert peak <= bound, (peak, bound)
     # the out-of-place route allocates several full-size tensors
-    assert peak_extra(lambda: soft_clip(U, 1.0, tall_steps=0)) >= 2 * 4 * numel
+    assert cpu_peak_extra_bytes(lambda: soft_clip(U, 1.0, tall_steps=0)) >= 2 * 4 * numel
 
 
 def test_inplace_transform_overwrites_only_via_the_optimizer_hook():
