@@ -41,8 +41,8 @@ import torch.distributed as dist
 from spectrakit._checks import check_choice
 from spectrakit.distributed.exchange import SpectralSharder, group_size_rank
 from spectrakit.distributed.layout import Layout, is_dtensor, layout_of
-from spectrakit.optim.spectra import Spectra
-from spectrakit.optim.transforms import POST_TRANSFORMS, matrix_shape
+from spectrakit.optim.spectra import MIN_BATCH_NUMEL, Spectra
+from spectrakit.optim.transforms import POST_TRANSFORMS, matrix_shape, workspace_numel
 
 try:
     from torch.distributed.tensor import DTensor
@@ -199,13 +199,20 @@ class ShardedSpectraMixin:
             else:
                 key = ("flat", None)
             buckets.setdefault((*key, p.dtype, p.device), []).append(p)
+        def cost(kind, p):  # as Spectra._batch_cost, with the GLOBAL shape of a sharded parameter
+            gshape = tuple(self._local[id(p)][0].shape) if id(p) in self._local else tuple(p.shape)
+            extra = workspace_numel(group["post"], *matrix_shape(gshape)) if kind == "matrix" else 0
+            return math.prod(gshape) + extra
+
         cap = group["max_batch_numel"]
+        if cap is None:  # the single-process default (Spectra._batch_cap), from global shapes
+            cap = max([MIN_BATCH_NUMEL] + [cost(key[0], p) for key, ps in buckets.items() for p in ps])
         for key, ps in buckets.items():
             kind, shape = key[0], key[1]
             chunks, chunk, size = [], [], 0
             for p in ps:
-                numel = math.prod(self._local[id(p)][0].shape) if id(p) in self._local else p.numel()
-                if cap is not None and chunk and size + numel > cap:
+                numel = cost(kind, p)
+                if chunk and size + numel > cap:
                     chunks.append(chunk)
                     chunk, size = [], 0
                 chunk.append(p)
@@ -220,6 +227,9 @@ class ShardedSpectraMixin:
         out = []
         for b in batches:
             fn = POST_TRANSFORMS[b["post"]]
+            # the in-place variant where one exists: it overwrites the gathered matrices (or U itself on its
+            # owner), which are ours to modify, with the same result as the copying one
+            fn = getattr(fn, "inplace", fn)
             U, params = b["U"], b["params"]
             if fn is None:
                 out.append(U)
