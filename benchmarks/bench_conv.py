@@ -1,6 +1,7 @@
 """Benchmark of convolution spectral-norm methods: time per call and ratio to the exact zero-padding norm.
 
-Methods: TN (cold: 64 screened restarts x 100 sweeps; warm: 1 sweep from the previous vectors), F4 (cold: exact
+Methods: TN (cold: 64 screened restarts x 100 sweeps; warm: 1 sweep from the previous vectors), LipBound
+(certified sampled generating function), F4 (cold: exact
 SVD of 4 unfoldings; warm: 1 power iteration each), Gram iteration (6 steps, zero-padding bound), exact circular
 (FFT + batched SVD) and exact zero padding (power iteration, plane-wave start). Kernels: seed 001 Table 2
 (Gaussian) and a ResNet-18-like layer list; input sizes 32, 64, 224 (exact methods skipped where the FFT'd
@@ -14,6 +15,7 @@ kernel would exceed --max-fft-gb).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -22,7 +24,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import command_line, time_fn, write_section  # noqa: E402
 
-from spectrakit.conv import exact_circular, exact_zero_pad, f4_bound, gram_bound, tn_bound  # noqa: E402
+from spectrakit.conv import exact_circular, exact_zero_pad, f4_bound, gram_bound, lipbound, tn_bound  # noqa: E402
+from spectrakit.conv.exact import LIPBOUND_ALPHA  # noqa: E402
 from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
 
 RESNET18 = [(64, 3, 7, 2), (64, 64, 3, 1), (128, 64, 3, 2), (128, 128, 3, 1), (128, 64, 1, 2), (256, 128, 3, 2),
@@ -54,6 +57,12 @@ def bench_kernel(K, stride, n, device, reps, max_fft_gb, exact_iters):
             time_fn(lambda: gram_bound(K, n, stride=stride, padding="zero"), device, warmup=1, reps=reps))
         res["exact circular"] = (float(exact_circular(K, n, stride=stride)),
                                  time_fn(lambda: exact_circular(K, n, stride=stride), device, warmup=1, reps=reps))
+    # LipBound: FFT of the kernel on its default S x S grid (S independent of n), one SVD per frequency
+    S = max(k, math.ceil(math.pi * 2 * ((k + stride - 1) // stride - 1) / 2 / LIPBOUND_ALPHA))
+    if S * S * co * ci * stride ** 2 * 8 / 2 / 1e9 * 3 <= max_fft_gb:
+        res["LipBound (certified, alpha 0.1)"] = (float(lipbound(K, stride=stride)),
+                                                  time_fn(lambda: lipbound(K, stride=stride), device, warmup=1,
+                                                          reps=reps))
     for name, (val, ms) in res.items():
         rows.append({"kernel": f"{co},{ci},{k},{k}", "stride": stride, "n": n, "method": name, "value": val,
                      "ratio to exact": val / ex, "time_ms": ms})
