@@ -324,7 +324,9 @@ def _gram_fast_(x: torch.Tensor, c, steps: int, chunk: int | None) -> None:
 def soft_clip_fast_(X: torch.Tensor, c, *, steps: int | None = None, chunk: int | None = None) -> torch.Tensor:
     """In-place fast soft clip ``X <- H_c(X) = (I + X X^T / c^2)^(-1/2) X`` (SPEC §1.2, seed 000 §5.1):
     the Gram-only route of :func:`soft_clip` (``tall_steps=0``, the optimizers' default post-transform),
-    equal to ``soft_clip(X, c, tall_steps=0)`` up to rounding, with no full-size temporary.
+    equal to ``soft_clip(X, c, tall_steps=0)`` up to rounding, with no full-size temporary. Not differentiable
+    (in-place updates and ``out=`` products): the optimizers' route; :func:`soft_clip` keeps the
+    differentiable out-of-place form of the same iteration (the two are tested equal).
 
     The Polar-Express iteration runs on the ``m x m`` Gram matrices (``m = min`` of the last two dims) as
     in :func:`soft_clip`; the scalars (``1 / max(||X||_F, c)``, ``c``, the spectral bound) are folded
