@@ -1,6 +1,10 @@
-"""Shared test fixtures: deterministic seeds, device list, GPU skip."""
+"""Shared test fixtures: deterministic seeds, device list, GPU skip, single-threaded runs, loading helper
+scripts by path."""
 
 from __future__ import annotations
+
+import importlib.util
+import sys
 
 import pytest
 import torch
@@ -26,3 +30,29 @@ def _seed():
 @pytest.fixture(params=DEVICES)
 def device(request):
     return torch.device(request.param)
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test with one intra-op thread (restored afterwards): tiny models gain nothing from threads, and
+    on a loaded machine OpenMP spinning makes many small ops very slow."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _load_module(name: str, path: str):
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def load_module():
+    """``load_module(name, path)``: import a helper script by path once per session (e.g. the worker files that
+    ``spectrakit.distributed.run_workers`` also runs in separate processes)."""
+    return _load_module

@@ -127,24 +127,30 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
     return ((out + mT(out)) / 2).to(W.dtype)
 
 
+def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dtype) -> torch.Tensor:
+    """``(t I + W + side (t I - W) msign(t I - W)) / 2``: ``Q max(Lambda, t) Q^T`` for ``side = +1``,
+    ``Q min(Lambda, t) Q^T`` for ``side = -1`` (one eigen-sign; the exact path applies max/min to ``eigh``)."""
+    _prep(W, "W", method, steps)
+    cdt = compute_dtype(W, dtype)
+    t_t = threshold(t, name, W, torch.float64 if method == "exact" else cdt)
+    if method == "exact":
+        t64 = _t64(t_t)
+        pick = torch.maximum if side > 0 else torch.minimum
+        return _eigfun_exact(W, lambda lam: pick(lam, torch.as_tensor(t64, dtype=lam.dtype, device=lam.device)))
+    w, eye = _work(W, cdt)
+    a = _thr(t_t, w) * eye - w
+    (sa,) = _signs([a], cdt, steps)
+    out = (_thr(t_t, w) * eye + w + side * (a @ sa)) / 2
+    return ((out + mT(out)) / 2).to(W.dtype)
+
+
 def eig_relu(W: torch.Tensor, lo, *, method: str = "polar", steps: int | None = None,
              dtype: torch.dtype | None = None) -> torch.Tensor:
     """``Q max(Lambda, lo) Q^T = (lo I + W + (lo I - W) msign(lo I - W)) / 2`` (SPEC §1.4, seed 002 §2.2).
 
     Arguments and errors as :func:`eig_clip` (``lo`` finite, float or batch-broadcastable tensor).
     """
-    _prep(W, "W", method, steps)
-    cdt = compute_dtype(W, dtype)
-    lo_t = threshold(lo, "lo", W, torch.float64 if method == "exact" else cdt)
-    if method == "exact":
-        lo64 = _t64(lo_t)
-        return _eigfun_exact(W, lambda lam: torch.maximum(lam, torch.as_tensor(lo64, dtype=lam.dtype,
-                                                                               device=lam.device)))
-    w, eye = _work(W, cdt)
-    a = _thr(lo_t, w) * eye - w
-    (sa,) = _signs([a], cdt, steps)
-    out = (_thr(lo_t, w) * eye + w + a @ sa) / 2
-    return ((out + mT(out)) / 2).to(W.dtype)
+    return _one_sided(W, lo, "lo", +1, method, steps, dtype)
 
 
 def eig_hardcap(W: torch.Tensor, hi, *, method: str = "polar", steps: int | None = None,
@@ -153,18 +159,7 @@ def eig_hardcap(W: torch.Tensor, hi, *, method: str = "polar", steps: int | None
 
     Arguments and errors as :func:`eig_clip` (``hi`` finite, float or batch-broadcastable tensor).
     """
-    _prep(W, "W", method, steps)
-    cdt = compute_dtype(W, dtype)
-    hi_t = threshold(hi, "hi", W, torch.float64 if method == "exact" else cdt)
-    if method == "exact":
-        hi64 = _t64(hi_t)
-        return _eigfun_exact(W, lambda lam: torch.minimum(lam, torch.as_tensor(hi64, dtype=lam.dtype,
-                                                                               device=lam.device)))
-    w, eye = _work(W, cdt)
-    b = _thr(hi_t, w) * eye - w
-    (sb,) = _signs([b], cdt, steps)
-    out = (_thr(hi_t, w) * eye + w - b @ sb) / 2
-    return ((out + mT(out)) / 2).to(W.dtype)
+    return _one_sided(W, hi, "hi", -1, method, steps, dtype)
 
 
 def proj_psd(W: torch.Tensor, *, method: str = "polar", steps: int | None = None,

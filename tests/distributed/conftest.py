@@ -3,9 +3,7 @@ all tests that read its results (process start-up costs ~5 s, so each suite spaw
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 import pytest
 
@@ -15,19 +13,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = os.path.join(HERE, "workers.py")
 
 
-def _load_workers():
-    name = "_spectrakit_test_workers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, WORKERS)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="session")
-def workers():
-    return _load_workers()
+def workers(load_module):
+    return load_module("_spectrakit_test_workers", WORKERS)
 
 
 @pytest.fixture(scope="session", params=[2, 3], ids=["ws2", "ws3"])

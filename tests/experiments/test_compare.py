@@ -9,7 +9,6 @@ import math
 import os
 
 import pytest
-import torch
 
 from spectrakit.experiments import compare as cmp
 from spectrakit.train import plots
@@ -34,13 +33,8 @@ def _cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a loaded machine OpenMP spinning makes
-    many small ops very slow; run these tests single-threaded (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread(one_thread):
+    """Every test here runs single-threaded (the shared ``one_thread`` fixture)."""
 
 
 def test_same_seed_same_data_gives_identical_runs_for_equivalent_optimizers(tmp_path):

@@ -21,13 +21,8 @@ def pattern_tokens(n: int, vocab: int = 16, seed: int = 0) -> np.ndarray:
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a loaded machine OpenMP spinning makes
-    many small ops very slow; run these tests single-threaded (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread(one_thread):
+    """Every test here runs single-threaded (the shared ``one_thread`` fixture)."""
 
 
 @pytest.fixture

@@ -6,9 +6,7 @@ rank, and resuming from it continues bit-exactly."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
 import pytest
 import torch
@@ -21,33 +19,28 @@ WORKERS = os.path.join(HERE, "parallel_workers.py")
 pytestmark = pytest.mark.distributed
 
 
-def _workers():
-    name = "_spectrakit_train_parallel_workers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, WORKERS)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+@pytest.fixture(scope="module")
+def workers(load_module):
+    return load_module("_spectrakit_train_parallel_workers", WORKERS)
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(tmp_path_factory, workers):
     ckpt = str(tmp_path_factory.mktemp("ckpt"))
     ranks = run_workers(f"{WORKERS}:distributed", 2, args=(ckpt,), timeout=240)
-    return ranks, _workers().single()
+    return ranks, workers.single()
 
 
 @pytest.mark.parametrize("name", ["spectra-adamw", "muon"])
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
-def test_two_ranks_match_one_process(results, mode, name):
+def test_two_ranks_match_one_process(results, workers, mode, name):
     ranks, ref = results
     want = ref[name]
-    assert len(want["losses"]) == _workers().STEPS and want["losses"][-1] < want["losses"][0]
+    assert len(want["losses"]) == workers.STEPS and want["losses"][-1] < want["losses"][0]
     for r in range(2):
         got = ranks[r][(mode, name)]
         assert got["optimizer"] == {"spectra-adamw": "ShardedSpectraAdamW", "muon": "ShardedMuon"}[name]
-        assert got["steps_taken"] == _workers().STEPS
+        assert got["steps_taken"] == workers.STEPS
         torch.testing.assert_close(torch.tensor(got["losses"]), torch.tensor(want["losses"]), rtol=0,
                                    atol=1e-5)
         assert abs(got["val"] - want["val"]) < 1e-5
@@ -57,14 +50,14 @@ def test_two_ranks_match_one_process(results, mode, name):
             assert torch.equal(got["params"][n], ranks[0][(mode, name)]["params"][n])  # ranks agree
 
 
-def test_fsdp2_checkpoint_is_a_directory_written_by_every_rank_and_resumes_exactly(results):
+def test_fsdp2_checkpoint_is_a_directory_written_by_every_rank_and_resumes_exactly(results, workers):
     ranks, _ = results
     for r in range(2):
         files = ranks[r]["ckpt_files"]
         assert {"train_state_rank0.pt", "train_state_rank1.pt", ".metadata"} <= set(files), files
         assert sum(f.endswith(".distcp") for f in files) == 2  # one shard file per rank
         resumed, straight = ranks[r]["resumed"], ranks[r][("fsdp2", "spectra-adamw")]
-        assert resumed["steps_taken"] == _workers().STEPS
+        assert resumed["steps_taken"] == workers.STEPS
         # resumed at step 2 from a differently seeded model: steps 3-4 and the result equal the straight run
         assert resumed["losses"] == straight["losses"][2:]
         for n, p in straight["params"].items():
