@@ -60,7 +60,7 @@ def soft_clip_polar_flops_by_dtype(m: int, n: int, dtype: torch.dtype = torch.fl
     ``Y^T Y``, ``Z^T Z``, ``G^2``, ``Z P``, ``Y P``: ``2 mmn + 3 m3``. Switch to the Gram phase: ``G`` from
     the tall matrix (``mmn + m3``). Gram steps: ``G^2`` (m3), ``R P`` (m3, not on the first), ``P G P``
     (2 m3, not on the last). Output ``Y R`` (mmn). With bf16 every step is tall and the first
-    ``BF16_FP32_STEPS`` (2) run in fp32; the Gram-phase products of fp32/fp64 run in that dtype.
+    ``BF16_FP32_STEPS`` (3) run in fp32; the Gram-phase products of fp32/fp64 run in that dtype.
     """
     from .soft_clip import BF16_FP32_STEPS
 
@@ -148,11 +148,12 @@ def hardcap_flops(m: int, n: int, dtype: torch.dtype = torch.float32, steps: int
                   thresholds: int = 1) -> float:
     """Default route of :func:`spectrakit.linalg.spectral_hardcap`/``spectral_clip``: ``O = msign(X)``
     (``m x n``), ``A = X O^T`` (2m^2n), the eigen-signs of ``thresholds`` (1, or 2 for a band) symmetric
-    ``m x m`` matrices plus ``(t I - A) sign(.)`` (2m^3 each), and ``clip(A) O`` (2m^2n)."""
+    ``m x m`` matrices plus ``P (t I - A) P`` with ``P = (I + sign(.)) / 2`` (4m^3 each), and ``clip(A) O``
+    (2m^2n)."""
     m, n = _wide(m, n)
     if steps is None:
         steps = steps_for(HARD_LOWER_BOUND * m ** (-1 / 8), HARD_TOL[dtype], safety=safety_for(dtype))
-    return (msign_flops(m, n, steps) + 2.0 * m * m * n + thresholds * (msign_flops(m, m, steps) + 2.0 * m**3)
+    return (msign_flops(m, n, steps) + 2.0 * m * m * n + thresholds * (msign_flops(m, m, steps) + 4.0 * m**3)
             + 2.0 * m * m * n)
 
 

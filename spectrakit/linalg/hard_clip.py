@@ -5,19 +5,22 @@ Default route (``method="polar"``), built on two polar factors of matrices no la
 1. ``O = msign(X) = U V^T`` (wide orientation, ``m <= n``, Polar Express with relative lower bound 1e-6);
 2. ``A = sym(X O^T) = U S U^T``, the ``m x m`` positive semidefinite "absolute value" of ``X`` (its
    eigenvalues are the singular values themselves, not their squares);
-3. ``clip_[lo, hi](A) = ((lo + hi) I + (lo I - A) sign(lo I - A) - (hi I - A) sign(hi I - A)) / 2`` from the
-   scalar identity ``clip_[a, b](x) = (a + b + |a - x| - |b - x|) / 2`` with ``|y| = y sign(y)``; both
-   eigen-signs are one batched polar-factor call on ``m x m`` symmetric matrices (for ``hardcap`` only the
-   ``hi`` term, for ``relu`` only the ``lo`` term);
+3. ``clip_[lo, hi](A) = hi I - (hi I - A)_+ + (lo I - A)_+`` with ``(t I - A)_+ = P (t I - A) P`` and the
+   spectral projector ``P = (I + sign(t I - A)) / 2`` onto ``{s < t}``; both eigen-signs are one batched
+   polar-factor call on ``m x m`` symmetric matrices (``hardcap`` needs only the ``hi`` term, ``relu`` only
+   the ``lo`` term: ``max(A, lo) = A + (lo I - A)_+``);
 4. ``spectral_clip(X, lo, hi) = clip_[lo, hi](A) O``.
 
 The spread of the eigenvalues of ``t I - A`` grows only linearly with ``s_max / t`` (working with
-``t^2 I - X X^T`` would square it), and sign errors near the threshold are weighted by ``|s - t|``.
-Step 3 runs on ``A / sc`` with ``sc = max(t, ||X||_F)`` so every term is bounded by 1: the absolute error
-is ``~ l sc`` (``l``: the sign's relative accuracy, ~1e-6 in fp32). A threshold ``hi >= ||X||_F`` returns
+``t^2 I - X X^T`` would square it). In the sandwich ``P (t I - A) P`` a sign error ``E`` costs
+``E (t I - A) P`` (norm ``<= t``) and ``E (t I - A) E`` (second order), and near the threshold it is
+weighted by ``|s - t|``. The identity form ``(t I - A + (t I - A) sign(t I - A)) / 2`` cost
+``E (t I - A)`` (norm ``~ s_max``) instead, which grew with ``s_max / t`` (measured at ``s_max / t = 1e3``:
+fp32 3e-4..4e-4 -> 4e-5, bf16 2..7 -> 0.05..0.12). Step 3 runs on ``A / sc`` with ``sc = max(t, ||X||_F)``
+so every term is bounded by 1. A threshold ``hi >= ||X||_F`` returns
 ``X`` itself (no rounding), selected with ``torch.where`` (no host sync). Cost: one ``m x n`` polar factor,
-two ``m x m x n`` products and one batched ``m x m`` sign (measured 24x cheaper than the dilation at
-256x1024 on CPU, with the same or better accuracy).
+two ``m x m x n`` products, one batched ``m x m`` sign and two ``m x m`` products per threshold (measured
+24x cheaper than the dilation at 256x1024 on CPU, with the same or better accuracy).
 
 Singular values below ``~1e-6 s_max`` (including the rounding-level ones of a numerically rank-deficient
 fp32 matrix) are only partly resolved by ``O``: exactly zero singular values (zero rows/columns) stay 0
@@ -25,20 +28,24 @@ fp32 matrix) are only partly resolved by ``O``: exactly zero singular values (ze
 The ``"exact"`` SVD route maps every one of the ``min(m, n)`` singular values, zeros included, into
 ``[lo, hi]``.
 
-Beyond the accurate range (``s_max / t >~ 1e5`` in fp32) the absolute error ``~ l s_max`` can exceed ``t``;
-the output stays finite for any threshold.
+Far beyond the specified range the fp32 error stays small: measured at 64x192 for ``s_max / t`` = 1e3, 1e4,
+1e5, 1e6, 1e8: Gaussian 3.6e-6 .. 4.2e-5, a 1e3 spike 2e-5 .. 4e-5, a spectrum over 6 decades 3.7e-5, 2.3e-4,
+1.3e-3, 4.2e-3, 4.2e-3 (the dilation: 7e-4 .. 7e-2). The output stays finite for any threshold.
 
 ``method="dilation"``: Higham's trick. With ``H = [[I, X/t], [X^T/t, I]]`` (eigenvalues ``1 +- s_i / t``
 and 1), ``msign(H) = [[P, Q], [Q^T, R]]`` has ``P = sum_{s_i < t} u_i u_i^T`` and
 ``Q = sum_{s_i > t} u_i v_i^T``, so ``hardcap_t(X) = t Q + P X``; ``spectral_clip = hardcap_hi + lo msign -
-hardcap_lo``. Same accuracy class, but one ``(m + n)``-sized polar factor: 20-40x the cost.
+hardcap_lo``. One ``(m + n)``-sized polar factor: 20-40x the cost, and ``P X`` carries a first-order sign
+error ``~ l s_max``, so it is less accurate than the default for ``s_max / t >~ 1e3``.
 
 ``method="nested"``: ``hardcap_t(X) = (t O + X - (t O - X) msign(t O - X)^T O) / 2`` with ``O = msign(X)``,
 two sequential ``m x n`` polar factors, numerically unstable when ``s_max / t`` is large (it fails from ~100
 in bf16): documented, not default.
 
-bf16 (``dtype=torch.bfloat16``): the first sign steps run in fp32, the rest in bf16; the cancellation in
-step 3 limits the accuracy to a few percent, and only near ``s_max / t ~ 1`` (documented limitation).
+bf16 (``dtype=torch.bfloat16``): the first sign steps run in fp32, the rest in bf16. The accuracy is ~5e-2,
+flat in ``s_max / t`` up to 1e3 (0.05..0.15 measured): the bf16 steps of ``msign(X)`` round the singular
+vectors of ``O`` (its singular values stay within 1e-2 of 1), and ``clip(A) O`` inherits that error
+(documented limitation; the fp32 route is accurate to ~1e-5).
 """
 
 from __future__ import annotations
@@ -54,8 +61,13 @@ METHODS = ("polar", "dilation", "nested", "exact")
 # Relative lower bound of the sign iterations (singular values of H, relative to ||H||).
 LOWER_BOUND = 1e-6
 TOL = {torch.float64: 1e-8, torch.float32: 1e-6, torch.bfloat16: 1e-3}
-BF16_FP32_STEPS = 3
-BF16_FP32_LAST = 0
+BF16_FP32_STEPS = None  # leading fp32 sign steps with dtype=bfloat16 (None: schedules.bf16_fp32_steps)
+# bf16 switch point of the sign iterations (tracked lower bound): the clip needs the singular VECTORS of
+# O = msign(X). The bf16 steps rotate them by ~u (|b| + |c|) per step while the singular values are still
+# spread. Measured worst bf16 errors of hardcap/relu/clip (64x192; Gaussian, 1e3 spike, 6-decade spectrum;
+# ratios 1e-2..1e3) by switch point: 0.01 -> 3.4e-2, 0.03 -> 2.4e-2, 0.1 -> 9.8e-3, 0.3 -> 5.6e-3.
+BF16_SWITCH = 0.1
+BF16_FP32_LAST = 1
 
 
 def _exact(w: torch.Tensor, lo, hi) -> torch.Tensor:
@@ -69,7 +81,7 @@ def _exact(w: torch.Tensor, lo, hi) -> torch.Tensor:
 
 def _sign(x: torch.Tensor, cdt: torch.dtype, steps: int | None) -> torch.Tensor:
     return sign_iteration(x, lower_bound=LOWER_BOUND, tol=TOL[cdt], dtype=cdt, fp32_steps=BF16_FP32_STEPS,
-                          fp32_last=BF16_FP32_LAST, steps=steps)
+                          fp32_last=BF16_FP32_LAST, steps=steps, bf16_switch=BF16_SWITCH)
 
 
 def _hardcap_dilation(w: torch.Tensor, ts: torch.Tensor, cdt: torch.dtype, steps: int | None) -> torch.Tensor:
@@ -112,23 +124,31 @@ def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None
     o = _sign(xw, cdt, steps)
     a = xw @ mT(o)
     ts = [t for t in (lo, hi) if t is not None]
-    # scale so that A / sc and t / sc are <= 1: the cancellation in the clip identity costs ~ l * sc
+    # scale so that A / sc and t / sc are <= 1 (no overflow; sign errors are relative to 1)
     sc = frob(xw)
     for t in ts:
         sc = torch.maximum(sc, t)
     sc = sc.clamp_min(tiny_for(xw.dtype))
     a = (a + mT(a)) / (2 * sc)
     eye = torch.eye(m, dtype=xw.dtype, device=xw.device)
-    diffs = [(t / sc) * eye - a for t in ts]                     # t I - A, eigenvalues t - s
+    diffs = [(t / sc) * eye - a for t in ts]                     # D = t I - A, eigenvalues t - s
     shape = torch.broadcast_shapes(*(d.shape for d in diffs))
     signs = _sign(torch.stack([d.expand(shape) for d in diffs]), cdt, steps)
-    absd = [d @ s for d, s in zip(diffs, signs.unbind(0))]       # |t I - A|
-    if lo is None:                       # min(A, hi) = (A + hi I - |hi I - A|) / 2
-        c = (2 * a + diffs[0] - absd[0]) / 2
-    elif hi is None:                     # max(A, lo) = (A + lo I + |lo I - A|) / 2
-        c = (2 * a + diffs[0] + absd[0]) / 2
-    else:                                # clip = ((lo + hi) I + |lo I - A| - |hi I - A|) / 2
-        c = (2 * a + diffs[0] + diffs[1] + absd[0] - absd[1]) / 2
+    # (t I - A)_+ = P D P with the projector P = (I + sign(D)) / 2 onto {s < t}: a sign error E enters as
+    # E (D P) (norm <= t) and E D E (second order), never as E D (norm ~ s_max: the cancellation of
+    # (D + |D|) / 2 that limited the old form to ~ l s_max / t)
+    pos = []
+    for d, sg in zip(diffs, signs.unbind(0)):
+        # the sign of a symmetric matrix is symmetric: the skew part of the computed one is a rotation error
+        # (bf16 rounding breaks the symmetry of the iterates), which a sandwich would carry to first order
+        p = (eye + (sg + mT(sg)) / 2) / 2
+        pos.append(p @ d @ p)
+    if lo is None:                       # min(A, hi) = hi I - (hi I - A)_+
+        c = (hi / sc) * eye - pos[0]
+    elif hi is None:                     # max(A, lo) = A + (lo I - A)_+
+        c = a + pos[0]
+    else:                                # clip = hi I - (hi I - A)_+ + (lo I - A)_+
+        c = (hi / sc) * eye - pos[1] + pos[0]
     out = (sc * c) @ o
     if hi is not None:                   # hi above an upper bound of s_max: exactly the identity
         keep = hi >= frob(xw)
@@ -160,8 +180,9 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
 
     ``method="polar"`` (default): ``clip_[lo, hi](A) O`` with ``O = msign(X)`` and ``A = sym(X O^T) = U S U^T``,
     the clip of the ``m x m`` matrix ``A`` from its eigen-signs ``sign(t I - A)`` (module docstring);
-    relative Frobenius error <= 1e-3 in fp32 for ``s_max / hi`` in [1e-2, 1e3]. ``"dilation"``: the same
-    accuracy from the eigen-sign of ``[[I, X/t], [X^T/t, I]]`` (20-40x the cost). ``"nested"``: the
+    relative Frobenius error <= 1e-3 in fp32 for ``s_max / hi`` in [1e-2, 1e4] (bf16: ~5e-2, see the module
+    docstring). ``"dilation"``: <= 1e-3 up to 1e3 from the eigen-sign of ``[[I, X/t], [X^T/t, I]]``
+    (20-40x the cost). ``"nested"``: the
     nested-msign hardcap (unstable for large ``s_max / t``). ``"exact"``: float64 SVD.
     Rank-deficient input with ``lo > 0``: the polar route keeps exactly zero singular values at 0.
 

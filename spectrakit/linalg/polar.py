@@ -15,7 +15,7 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_scalar, check_tensor
 
 from ._util import compute_dtype, flush_tiny, frob, mT, tiny_for
-from .schedules import BF16_SAFETY, SAFETY, SCHEDULES, polar_express_coeffs, steps_for
+from .schedules import BF16_SAFETY, BF16_SWITCH, SAFETY, SCHEDULES, bf16_fp32_steps, polar_express_coeffs, steps_for
 
 
 def safety_for(dtype: torch.dtype) -> float:
@@ -24,8 +24,8 @@ def safety_for(dtype: torch.dtype) -> float:
 
 # Worst |1 - sigma_out| the default number of Polar Express steps aims at, per compute dtype.
 DEFAULT_TOL = {torch.float64: 1e-7, torch.float32: 1e-5, torch.bfloat16: 1e-3}
-# With dtype=bfloat16 the first steps of the polar_express schedule run in float32.
-BF16_FP32_STEPS = 2
+# With dtype=bfloat16 the first steps of the polar_express schedule run in float32: as many as
+# :func:`~.schedules.bf16_fp32_steps` gives for the lower bound (2 for the default 1e-3).
 
 
 def to_wide(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -130,8 +130,10 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
         lower_bound: in (0, 1); relative size of the smallest singular value that must be mapped to 1
             (default 1e-3). Only used by schedules that take it (polar_express).
         dtype: compute dtype (bfloat16/float32/float64); default: the input's (fp16 computes in fp32).
-            With bfloat16 and the polar_express schedule the first 2 steps run in float32 (small singular
-            values cannot be resolved in bf16 next to large ones). The result has the input dtype.
+            With bfloat16 and the polar_express schedule the first steps run in float32 on the input itself,
+            until the tracked lower bound of the schedule reaches 1e-2 (2 steps for ``lower_bound=1e-3``,
+            7 for 1e-6, :func:`~spectrakit.linalg.schedules.bf16_fp32_steps`): bf16 rounding next to large
+            singular values destroys the directions of small ones. The result has the input dtype.
         normalize: ``"spectral_bound"`` (default: Frobenius pre-scaling, then ``||A^2||_F^(1/4)``, see the
             module docstring) or ``"frobenius"``: ``X / (||X||_F + 1e-7)`` in the compute dtype and the plain
             loop ``A = X X^T; B = b A + c A A; X = a X + B X`` with no mixed precision. With
@@ -154,7 +156,10 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
     cdt = compute_dtype(X, dtype)
     if schedule == "exact":
         return _exact_msign(X)
-    x, transposed = to_wide(X.to(cdt))
+    mixed = cdt == torch.bfloat16 and schedule == "polar_express" and normalize != "frobenius"
+    # mixed bf16: the fp32 steps see the input itself (rounding an fp32 input to bf16 first perturbs it by
+    # ~4e-3 s_max / sqrt(m): singular values below that were lost whatever the steps)
+    x, transposed = to_wide(X.float() if mixed and X.dtype != torch.bfloat16 else X.to(cdt))
     if schedule == "polar_express":
         lb = (1e-3 if lower_bound is None else float(lower_bound)) * x.shape[-2] ** (-1 / 8)
         if steps is None:
@@ -166,11 +171,12 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
         out = _frobenius_iterate(x, coeffs)
         return (mT(out) if transposed else out).to(X.dtype)
     dtypes = None
-    if cdt == torch.bfloat16 and schedule == "polar_express":
+    if mixed:
         # small singular values need the first steps in fp32 (bf16 rounding of an iterate of norm ~1
         # perturbs them by ~4e-3); the remaining steps run in bf16
         x = x.float()
-        dtypes = [torch.float32 if t < BF16_FP32_STEPS else torch.bfloat16 for t in range(len(coeffs))]
+        k = bf16_fp32_steps(lb, len(coeffs), safety_for(cdt))
+        dtypes = [torch.float32 if t < k else torch.bfloat16 for t in range(len(coeffs))]
     x1, a1, a1sq = normalized_start(x)
     out = polar_iterate(x1, coeffs, a_first=(a1, a1sq), dtypes=dtypes)
     out = mT(out) if transposed else out
@@ -178,14 +184,17 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
 
 
 def sign_iteration(x: torch.Tensor, *, lower_bound: float, tol: float, dtype: torch.dtype | None = None,
-                   fp32_steps: int = 0, fp32_last: int = 0, steps: int | None = None) -> torch.Tensor:
+                   fp32_steps: int | None = None, fp32_last: int = 0, steps: int | None = None,
+                   bf16_switch: float = BF16_SWITCH) -> torch.Tensor:
     """Unchecked Polar Express ``msign`` of ``x`` (any orientation) for internal callers.
 
     ``lower_bound`` is relative to ``sigma_max`` (the ``m^(1/8)`` slack of the normalisation is added
     here). ``dtype`` (default x's) is the compute dtype; for bfloat16 the input stays in x's precision
-    (>= fp32) and the first ``fp32_steps`` and last ``fp32_last`` steps run in float32: the first ones
-    resolve small singular values that bf16 cannot represent next to large ones, the last ones polish the
-    bf16 rounding errors away (the iteration is self-correcting). Returns x's dtype.
+    (>= fp32) and the first ``fp32_steps`` (None: :func:`~.schedules.bf16_fp32_steps` for ``bf16_switch``:
+    until the tracked lower bound reaches it; larger values also keep the singular vectors accurate) and last
+    ``fp32_last`` steps run in float32: the first ones resolve small singular values that bf16 cannot
+    represent next to large ones, the last ones polish the bf16 rounding of the singular values (not of the
+    vectors). Returns x's dtype.
     """
     dtype = x.dtype if dtype is None else dtype
     xw, transposed = to_wide(x)
@@ -194,6 +203,8 @@ def sign_iteration(x: torch.Tensor, *, lower_bound: float, tol: float, dtype: to
         steps = steps_for(lb, tol, safety=safety_for(dtype))
     coeffs = polar_express_coeffs(lb, steps, safety_for(dtype))
     if dtype == torch.bfloat16:
+        if fp32_steps is None:
+            fp32_steps = bf16_fp32_steps(lb, steps, safety_for(dtype), bf16_switch)
         hi = torch.float32 if xw.dtype == torch.bfloat16 else xw.dtype
         xw = xw.to(hi)
         dtypes = [hi if (t < fp32_steps or t >= steps - fp32_last) else torch.bfloat16 for t in range(steps)]

@@ -94,6 +94,29 @@ def test_bf16_compute():
     assert out.dtype == torch.float32 and rel_err(out, eig_map(w, lambda l: np.maximum(l, 0.1))) <= 3e-2
 
 
+def test_far_clipped_eigenvalues_cost_no_first_order_error():
+    # A cluster at 1e3 capped near 0, and a clip band inside a +-[1e-3, 1e3] spectrum: in the old identity
+    # form ((t I - W) sign(t I - W) etc.) a sign error cost eps |lambda|: measured fp32 2.5e-4..2.1e-3,
+    # bf16 5..40. The shifted-sandwich form keeps only second-order terms there; in bf16 it also needs the
+    # sign's eigenvectors (fp32 steps up to eig.BF16_SWITCH, symmetrised signs): measured <= 1.4e-2.
+    g = torch.Generator().manual_seed(3)
+    cluster = torch.cat([torch.full((10,), 1e3), torch.full((40,), 0.5), torch.zeros(20), torch.full((26,), -2.0)])
+    wide = torch.cat([torch.logspace(-3, 3, 48), -torch.logspace(-3, 3, 48)])
+    for lam in (cluster, wide):
+        w = symmetric_with_eigs(96, lam.double(), gen=g).float()
+        for t in (0.0, 1.0):
+            ref = eig_map(w, lambda x, t=t: np.minimum(x, t))
+            assert rel_err(eig_hardcap(w, t), ref) <= 1e-4, t
+            assert rel_err(eig_hardcap(w, t, dtype=torch.bfloat16), ref) <= 3e-2, t
+        for lo, hi in ((-1.0, 1.0), (0.1, 0.2)):
+            ref = eig_map(w, lambda x, lo=lo, hi=hi: np.clip(x, lo, hi))
+            assert rel_err(eig_clip(w, lo, hi), ref) <= 1e-4, (lo, hi)
+            assert rel_err(eig_clip(w, lo, hi, dtype=torch.bfloat16), ref) <= 3e-2, (lo, hi)
+    # relu of large negative eigenvalues: max(lambda, lo) = lo exactly up to second-order terms
+    w = symmetric_with_eigs(96, -wide.double().abs() - 1.0, gen=g).float()
+    assert rel_err(eig_relu(w, 0.5), eig_map(w, lambda x: np.maximum(x, 0.5))) <= 1e-4
+
+
 def test_gradient_exists():
     w = torch.randn(6, 6, dtype=torch.float64, requires_grad=True)
     eig_relu(w, 0.1).sum().backward()
