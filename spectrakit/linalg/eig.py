@@ -17,8 +17,10 @@ eigenvalues above ``t``), ``min(W, t) = t I + P (W - t I) P`` with ``P = (I + ms
 kept part only) and ``E (W - t I) E`` (second order), instead of ``(t I - W) E / 2`` in the identity above:
 eigenvalues far beyond the threshold (``|lambda| >> |t|``, e.g. a cluster at 1e3 capped at 1) no longer
 cost ``~ eps |lambda|`` (measured, fp32: 2.1e-3 -> 5.8e-5 for ``eig_clip`` of a spectrum over +-[1e-3, 1e3];
-bf16: 6.2 -> 0.22 for ``eig_hardcap`` of a 1e3 cluster at 0). When kept and clipped eigenvalues are of the
-same size the new form's error is up to ~2x the old one (bf16: 8e-3 -> 1.8e-2, fp32 ~1e-6 either way).
+bf16: 6.2 -> 3.6e-3 for ``eig_hardcap`` of a 1e3 cluster at 0). bf16 also needs the sign's eigenvectors:
+its steps stay in fp32 until the tracked lower bound reaches ``BF16_SWITCH``, and the signs are
+symmetrised (a skew error is a rotation that the sandwich would carry to first order); on a linear
+spectrum in [-1, 1] bf16 errors went from 8e-3 to 4e-3, fp32 stays ~1e-6.
 Near ``t`` the error stays weighted by ``|lambda - t|``; ``eig_stepfun`` is discontinuous,
 so eigenvalues within ``~1e-6 ||W - t I||`` of ``t`` get a value between 0 and 1 (exactly 1/2 at ``t``).
 ``method="exact"`` uses a float64 ``torch.linalg.eigh`` (it synchronises on CUDA).
@@ -112,7 +114,8 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
         W: ``(..., n, n)`` floating tensor (symmetrised first), finite.
         lo, hi: finite thresholds with lo <= hi; floats or tensors broadcastable to ``W.shape[:-2]``.
         method: "polar" or "exact" (float64 eigh). steps: sign iterations (1..100), default by dtype.
-        dtype: compute dtype (bf16: first 2 sign steps in fp32); output has W's dtype.
+        dtype: compute dtype (bf16: the sign steps run in fp32 until the tracked lower bound reaches
+            ``BF16_SWITCH``); output has W's dtype.
 
     Raises:
         TypeError: W not floating / thresholds not numbers. ValueError: W not square or non-finite,
