@@ -134,6 +134,8 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
             return torch.minimum(torch.maximum(lam, lo_l), hi_l)
 
         return _eigfun_exact(W, clip)
+    if W.numel() == 0:  # an empty matrix maps to itself
+        return W.clone()
     w, eye = _work(W, cdt)
     lo_i, hi_i = _thr(lo_t, w) * eye, _thr(hi_t, w) * eye
     s_lo, s_hi = _signs([lo_i - w, hi_i - w], cdt, steps)
@@ -157,6 +159,8 @@ def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dty
         t64 = _t64(t_t)
         pick = torch.maximum if side > 0 else torch.minimum
         return _eigfun_exact(W, lambda lam: pick(lam, torch.as_tensor(t64, dtype=lam.dtype, device=lam.device)))
+    if W.numel() == 0:  # an empty matrix maps to itself
+        return W.clone()
     w, eye = _work(W, cdt)
     t_i = _thr(t_t, w) * eye
     (s,) = _signs([t_i - w], cdt, steps)
@@ -211,6 +215,8 @@ def eig_stepfun(W: torch.Tensor, t=0.0, *, method: str = "polar", steps: int | N
     if method == "exact":
         t64 = _t64(t_t)
         return _eigfun_exact(W, lambda lam: (1 + torch.sign(lam - t64)) / 2)
+    if W.numel() == 0:  # an empty matrix maps to itself
+        return W.clone()
     w, eye = _work(W, cdt)
     (s,) = _signs([w - _thr(t_t, w) * eye], cdt, steps)
     out = (eye + s) / 2

@@ -215,6 +215,8 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
             raise ValueError(f"lo must be <= hi, got lo={lo_t}, hi={hi_t}")
     elif value_checks_enabled() and bool((torch.as_tensor(lo_t) > torch.as_tensor(hi_t)).any()):
         raise ValueError("lo must be <= hi elementwise")
+    if X.numel() == 0:  # an empty matrix (a zero dimension) maps to itself
+        return X.clone()
     if method == "exact":
         return _exact(X, lo_t, hi_t)
     no_lo = isinstance(lo_t, float) and lo_t == 0.0

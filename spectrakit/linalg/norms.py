@@ -77,6 +77,8 @@ def subspace_distance(U1: torch.Tensor, U2: torch.Tensor, kind: str = "spectral"
     if r > m:
         raise ValueError(f"U1, U2 must be (..., m, r) with r <= m (orthonormal columns), "
                          f"got shape {tuple(U1.shape)}")
+    if r == 0:  # two 0-dimensional subspaces: no principal angle, distance 0
+        return U1.new_zeros(U1.shape[:-2])
     a = mT(U1.double()) @ U2.double()
     if kind == "chordal":
         tr = r - torch.linalg.matrix_norm(a) ** 2

@@ -154,6 +154,8 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
         check_scalar(lower_bound, "lower_bound", low=0.0, high=1.0, low_inclusive=False,
                      high_inclusive=False, allow_tensor=False)
     cdt = compute_dtype(X, dtype)
+    if X.numel() == 0:  # an empty matrix (a zero dimension) maps to itself
+        return X.clone()
     if schedule == "exact":
         return _exact_msign(X)
     mixed = cdt == torch.bfloat16 and schedule == "polar_express" and normalize != "frobenius"

@@ -418,8 +418,12 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
                              f"got shape {tuple(c.shape)}")
         if not isinstance(c, torch.Tensor) and c == float("inf"):
             raise ValueError("c must be finite, got inf")
+        if X.numel() == 0:
+            return X.clone()
         return _soft_clip_vector(X, c.reshape(()) if isinstance(c, torch.Tensor) else c, cdt)
     ct = threshold(c, "c", X, torch.float64 if method == "exact" else cdt, low=0.0, low_inclusive=False)
+    if X.numel() == 0:  # an empty matrix (a zero dimension) maps to itself
+        return X.clone()
     if method == "exact":
         return _exact(X, ct)
     x, transposed = to_wide(X)

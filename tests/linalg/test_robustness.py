@@ -161,3 +161,27 @@ def test_soft_clip_vector_and_thresholds_beyond_dtype_range(dtype):
     out = soft_clip(x, 1e60)
     assert torch.isfinite(out).all()
     assert float((out.double() - x.double()).norm()) <= OVER[dtype] * float(x.double().norm())
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0), (2, 0, 4), (0, 2, 3)])
+def test_empty_matrices_map_to_themselves(shape):
+    # a zero dimension used to crash inside the norms (0 ** negative power, amax over an empty dim)
+    from spectrakit.linalg import orthogonalize, proj_psd, spectral_relu, subspace_distance
+
+    x = torch.randn(*shape)
+    for f in (lambda a: soft_clip(a, 0.5), lambda a: soft_clip(a, 0.5, method="newton_schulz"),
+              lambda a: soft_clip(a, 0.5, dtype=torch.bfloat16), lambda a: spectral_hardcap(a, 0.5),
+              lambda a: spectral_relu(a, 0.5), lambda a: spectral_clip(a, 0.2, 0.5, dtype=torch.bfloat16),
+              msign, orthogonalize, lambda a: msign(a, schedule="muon", dtype=torch.bfloat16)):
+        out = f(x)
+        assert out.shape == x.shape and out.dtype == x.dtype
+    w = torch.randn(*shape[:-2], 0, 0)
+    for f in (lambda a: eig_clip(a, -1.0, 1.0), lambda a: eig_relu(a, 0.1), lambda a: eig_hardcap(a, 0.1),
+              proj_psd, lambda a: eig_stepfun(a, 0.2)):
+        assert f(w).shape == w.shape
+    # arguments are still checked
+    with pytest.raises(ValueError, match="c must be"):
+        soft_clip(x, -1.0)
+    assert soft_clip(torch.randn(0), 1.0).shape == (0,)
+    d = subspace_distance(torch.randn(2, 5, 0), torch.randn(2, 5, 0))
+    assert d.shape == (2,) and torch.equal(d, torch.zeros(2))
