@@ -50,9 +50,12 @@ def flush_tiny(x: torch.Tensor) -> torch.Tensor:
     ``C`` in magnitude and is exact up to one rounding above it: entries below ``ulp(C)/4`` become exactly 0
     and the smallest non-zero magnitude is ``ulp(C)/2``, so products of two entries stay normal numbers.
     Perturbations of ~1e-18 (fp32) are far below the rounding error of a norm-1 matrix, so this changes
-    nothing that matters; it is ~8x cheaper than a comparison and a masked fill. No-op on CUDA.
+    nothing that matters; it is ~8x cheaper than a comparison and a masked fill. No-op on CUDA, and for
+    bfloat16: its rounding (2^-8 relative) keeps converged iterates far from subnormals, and bf16 inputs with
+    a block scaled by 1e-25, or entirely at 1e-30, ran no slower without the flush (msign, soft_clip,
+    256x256, CPU), while the flush cost 15% of a batched 12x128x128 bf16 soft_clip.
     """
-    if x.device.type != "cpu":
+    if x.device.type != "cpu" or x.dtype == torch.bfloat16:
         return x
     c = _flush_shift(x.dtype)
     return (x + c) - c
