@@ -18,7 +18,7 @@ kept part only) and ``E (W - t I) E`` (second order), instead of ``(t I - W) E /
 eigenvalues far beyond the threshold (``|lambda| >> |t|``, e.g. a cluster at 1e3 capped at 1) no longer
 cost ``~ eps |lambda|`` (measured, fp32: 2.1e-3 -> 5.8e-5 for ``eig_clip`` of a spectrum over +-[1e-3, 1e3];
 bf16: 6.2 -> 3.6e-3 for ``eig_hardcap`` of a 1e3 cluster at 0). bf16 also needs the sign's eigenvectors:
-its steps stay in fp32 until the tracked lower bound reaches ``BF16_SWITCH``, and the signs are
+its steps stay in fp32 until the tracked lower bound reaches ``polar.CLIP_BF16_SWITCH``, and the signs are
 symmetrised (a skew error is a rotation that the sandwich would carry to first order); on a linear
 spectrum in [-1, 1] bf16 errors went from 8e-3 to 4e-3, fp32 stays ~1e-6.
 Near ``t`` the error stays weighted by ``|lambda - t|``; ``eig_stepfun`` is discontinuous,
@@ -33,14 +33,9 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
 
 from ._util import compute_dtype, mT, threshold
-from .polar import sign_iteration
+from .polar import clip_sign
 
 METHODS = ("polar", "exact")
-LOWER_BOUND = 1e-6
-TOL = {torch.float64: 1e-8, torch.float32: 1e-6, torch.bfloat16: 1e-3}
-BF16_FP32_STEPS = None  # leading fp32 sign steps with dtype=bfloat16 (None: schedules.bf16_fp32_steps)
-BF16_SWITCH = 0.1  # as in hard_clip: the sandwiches need the sign's eigenvectors, not only its eigenvalues
-BF16_FP32_LAST = 1
 
 
 def sym(W: torch.Tensor) -> torch.Tensor:
@@ -73,15 +68,18 @@ def _t64(v):
     return v.double()[..., 0] if isinstance(v, torch.Tensor) else v
 
 
+def shifted_sandwich(w: torch.Tensor, t_eye: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """``t I + R (W - t I) R`` for a spectral projector ``R`` of symmetric ``W`` (module docstring): ``min(W, t)``
+    with ``R = (I + sign(t I - W)) / 2``, ``max(W, t)`` with ``R = (I - sign(t I - W)) / 2``. Also the clip
+    step of the hard clips (on ``A = sym(X O^T)``)."""
+    return t_eye + r @ (w - t_eye) @ r
+
+
 def _signs(mats: list[torch.Tensor], cdt: torch.dtype, steps: int | None) -> list[torch.Tensor]:
     """Eigen-signs of same-shaped symmetric matrices in one batched call."""
     shape = torch.broadcast_shapes(*(m.shape for m in mats))
     stack = torch.stack([m.expand(shape) for m in mats])
-    s = sign_iteration(stack, lower_bound=LOWER_BOUND, tol=TOL[cdt], dtype=cdt, fp32_steps=BF16_FP32_STEPS,
-                       fp32_last=BF16_FP32_LAST, steps=steps, bf16_switch=BF16_SWITCH)
-    # the eigen-sign is symmetric; the skew part of the computed one (bf16 rounding) is a rotation error
-    s = (s + mT(s)) / 2
-    return list(s.unbind(0))
+    return list(clip_sign(stack, cdt, steps, symmetric=True).unbind(0))
 
 
 def _work(W: torch.Tensor, cdt: torch.dtype):
@@ -115,7 +113,7 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
         lo, hi: finite thresholds with lo <= hi; floats or tensors broadcastable to ``W.shape[:-2]``.
         method: "polar" or "exact" (float64 eigh). steps: sign iterations (1..100), default by dtype.
         dtype: compute dtype (bf16: the sign steps run in fp32 until the tracked lower bound reaches
-            ``BF16_SWITCH``); output has W's dtype.
+            ``polar.CLIP_BF16_SWITCH``); output has W's dtype.
 
     Raises:
         TypeError: W not floating / thresholds not numbers. ValueError: W not square or non-finite,
@@ -139,14 +137,9 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
     w, eye = _work(W, cdt)
     lo_i, hi_i = _thr(lo_t, w) * eye, _thr(hi_t, w) * eye
     s_lo, s_hi = _signs([lo_i - w, hi_i - w], cdt, steps)
-    h = _shifted_sandwich(w, hi_i, (eye + s_hi) / 2)              # min(W, hi)
-    out = _shifted_sandwich(h, lo_i, (eye - s_lo) / 2)            # max(min(W, hi), lo)
+    h = shifted_sandwich(w, hi_i, (eye + s_hi) / 2)              # min(W, hi)
+    out = shifted_sandwich(h, lo_i, (eye - s_lo) / 2)            # max(min(W, hi), lo)
     return ((out + mT(out)) / 2).to(W.dtype)
-
-
-def _shifted_sandwich(w: torch.Tensor, t_eye: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """``t I + R (W - t I) R`` for a spectral projector ``R`` of ``W`` (module docstring: the error form)."""
-    return t_eye + r @ (w - t_eye) @ r
 
 
 def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dtype) -> torch.Tensor:
@@ -165,7 +158,7 @@ def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dty
     t_i = _thr(t_t, w) * eye
     (s,) = _signs([t_i - w], cdt, steps)
     # R = (I - side sign(t I - W)) / 2 projects onto the eigenvalues kept (> t for max, < t for min)
-    out = _shifted_sandwich(w, t_i, (eye - side * s) / 2)
+    out = shifted_sandwich(w, t_i, (eye - side * s) / 2)
     return ((out + mT(out)) / 2).to(W.dtype)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .hard_clip import LOWER_BOUND as HARD_LOWER_BOUND
-from .hard_clip import TOL as HARD_TOL
+from .polar import CLIP_LOWER_BOUND as HARD_LOWER_BOUND
+from .polar import CLIP_TOL as HARD_TOL
 from .polar import DEFAULT_TOL, safety_for
 from .schedules import steps_for
 from .soft_clip import BF16_DEFAULT_STEPS, DEFAULT_STEPS, tall_steps

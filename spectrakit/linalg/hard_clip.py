@@ -5,10 +5,12 @@ Default route (``method="polar"``), built on two polar factors of matrices no la
 1. ``O = msign(X) = U V^T`` (wide orientation, ``m <= n``, Polar Express with relative lower bound 1e-6);
 2. ``A = sym(X O^T) = U S U^T``, the ``m x m`` positive semidefinite "absolute value" of ``X`` (its
    eigenvalues are the singular values themselves, not their squares);
-3. ``clip_[lo, hi](A) = hi I - (hi I - A)_+ + (lo I - A)_+`` with ``(t I - A)_+ = P (t I - A) P`` and the
-   spectral projector ``P = (I + sign(t I - A)) / 2`` onto ``{s < t}``; both eigen-signs are one batched
-   polar-factor call on ``m x m`` symmetric matrices (``hardcap`` needs only the ``hi`` term, ``relu`` only
-   the ``lo`` term: ``max(A, lo) = A + (lo I - A)_+``);
+3. ``clip_[lo, hi](A) = max(min(A, hi), lo)`` by projector sandwiches (shared with the eigenvalue functions,
+   :func:`~spectrakit.linalg.eig.shifted_sandwich`): ``min(A, t) = t I - (t I - A)_+`` with
+   ``(t I - A)_+ = P (t I - A) P`` and the spectral projector ``P = (I + sign(t I - A)) / 2`` onto
+   ``{s < t}``, then ``max(., lo)`` the same way with ``R = (I - sign(lo I - A)) / 2``; both eigen-signs are
+   one batched polar-factor call on ``m x m`` symmetric matrices (``hardcap`` needs only ``hi``, ``relu``
+   only ``lo``);
 4. ``spectral_clip(X, lo, hi) = clip_[lo, hi](A) O``.
 
 The spread of the eigenvalues of ``t I - A`` grows only linearly with ``s_max / t`` (working with
@@ -43,7 +45,7 @@ two sequential ``m x n`` polar factors, numerically unstable when ``s_max / t`` 
 in bf16): documented, not default.
 
 bf16 (``dtype=torch.bfloat16``): the sign iterations run in fp32 until their tracked lower bound reaches
-``BF16_SWITCH`` (7 of 12 steps), the rest in bf16, and the eigen-signs are symmetrised: relative error
+``polar.CLIP_BF16_SWITCH`` (7 of 12 steps), the rest in bf16, and the eigen-signs are symmetrised: relative error
 <= 1e-2 measured for ``s_max / t`` from 1e-2 to 1e3 (Gaussian, 1e3 spike, 6-decade spectrum). With fewer
 fp32 steps the bf16 steps rotate the singular vectors of ``O`` and of the signs (their sizes are restored
 by the later steps, the directions are not), which the clip inherits.
@@ -56,19 +58,10 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
 
 from ._util import compute_dtype, frob, mT, threshold, tiny_for
-from .polar import sign_iteration, to_wide
+from .eig import shifted_sandwich
+from .polar import clip_sign, to_wide
 
 METHODS = ("polar", "dilation", "nested", "exact")
-# Relative lower bound of the sign iterations (singular values of H, relative to ||H||).
-LOWER_BOUND = 1e-6
-TOL = {torch.float64: 1e-8, torch.float32: 1e-6, torch.bfloat16: 1e-3}
-BF16_FP32_STEPS = None  # leading fp32 sign steps with dtype=bfloat16 (None: schedules.bf16_fp32_steps)
-# bf16 switch point of the sign iterations (tracked lower bound): the clip needs the singular VECTORS of
-# O = msign(X). The bf16 steps rotate them by ~u (|b| + |c|) per step while the singular values are still
-# spread. Measured worst bf16 errors of hardcap/relu/clip (64x192; Gaussian, 1e3 spike, 6-decade spectrum;
-# ratios 1e-2..1e3) by switch point: 0.01 -> 3.4e-2, 0.03 -> 2.4e-2, 0.1 -> 9.8e-3, 0.3 -> 5.6e-3.
-BF16_SWITCH = 0.1
-BF16_FP32_LAST = 1
 
 
 def _exact(w: torch.Tensor, lo, hi) -> torch.Tensor:
@@ -78,11 +71,6 @@ def _exact(w: torch.Tensor, lo, hi) -> torch.Tensor:
     s = s.clamp_min(lo64) if not isinstance(lo64, torch.Tensor) else torch.maximum(s, lo64)
     s = s.clamp_max(hi64) if not isinstance(hi64, torch.Tensor) else torch.minimum(s, hi64)
     return ((u * s[..., None, :]) @ vh).to(w.dtype)
-
-
-def _sign(x: torch.Tensor, cdt: torch.dtype, steps: int | None) -> torch.Tensor:
-    return sign_iteration(x, lower_bound=LOWER_BOUND, tol=TOL[cdt], dtype=cdt, fp32_steps=BF16_FP32_STEPS,
-                          fp32_last=BF16_FP32_LAST, steps=steps, bf16_switch=BF16_SWITCH)
 
 
 def _hardcap_dilation(w: torch.Tensor, ts: torch.Tensor, cdt: torch.dtype, steps: int | None) -> torch.Tensor:
@@ -108,7 +96,7 @@ def _hardcap_dilation(w: torch.Tensor, ts: torch.Tensor, cdt: torch.dtype, steps
     k = k.expand(*shape, m, n)
     h = torch.cat([torch.cat([eye_m.expand(*shape, m, m), k], -1),
                    torch.cat([mT(k), eye_n.expand(*shape, n, n)], -1)], -2)
-    s = _sign(h, cdt, steps)
+    s = clip_sign(h, cdt, steps)
     p, q = s[..., :m, :m], s[..., :m, m:]
     p = (p + mT(p)) / 2
     return ts.to(work) * q + p @ wk
@@ -122,7 +110,7 @@ def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None
     dtype (``lo > 0``, ``hi > 0``) or None for "no clip on that side".
     """
     m = xw.shape[-2]
-    o = _sign(xw, cdt, steps)
+    o = clip_sign(xw, cdt, steps)
     a = xw @ mT(o)
     ts = [t for t in (lo, hi) if t is not None]
     # scale so that A / sc and t / sc are <= 1 (no overflow; sign errors are relative to 1)
@@ -132,24 +120,16 @@ def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None
     sc = sc.clamp_min(tiny_for(xw.dtype))
     a = (a + mT(a)) / (2 * sc)
     eye = torch.eye(m, dtype=xw.dtype, device=xw.device)
-    diffs = [(t / sc) * eye - a for t in ts]                     # D = t I - A, eigenvalues t - s
-    shape = torch.broadcast_shapes(*(d.shape for d in diffs))
-    signs = _sign(torch.stack([d.expand(shape) for d in diffs]), cdt, steps)
-    # (t I - A)_+ = P D P with the projector P = (I + sign(D)) / 2 onto {s < t}: a sign error E enters as
-    # E (D P) (norm <= t) and E D E (second order), never as E D (norm ~ s_max: the cancellation of
-    # (D + |D|) / 2 that limited the old form to ~ l s_max / t)
-    pos = []
-    for d, sg in zip(diffs, signs.unbind(0)):
-        # the sign of a symmetric matrix is symmetric: the skew part of the computed one is a rotation error
-        # (bf16 rounding breaks the symmetry of the iterates), which a sandwich would carry to first order
-        p = (eye + (sg + mT(sg)) / 2) / 2
-        pos.append(p @ d @ p)
-    if lo is None:                       # min(A, hi) = hi I - (hi I - A)_+
-        c = (hi / sc) * eye - pos[0]
-    elif hi is None:                     # max(A, lo) = A + (lo I - A)_+
-        c = a + pos[0]
-    else:                                # clip = hi I - (hi I - A)_+ + (lo I - A)_+
-        c = (hi / sc) * eye - pos[1] + pos[0]
+    t_eyes = [(t / sc) * eye for t in ts]
+    shape = torch.broadcast_shapes(*(t.shape for t in t_eyes), a.shape)
+    # eigen-signs of t I - A (eigenvalues t - s), one batched call, symmetrised
+    signs = clip_sign(torch.stack([(t - a).expand(shape) for t in t_eyes]), cdt, steps, symmetric=True).unbind(0)
+    # clip_[lo, hi](A) = max(min(A, hi), lo) as projector sandwiches t I + R (A - t I) R (eig.shifted_sandwich)
+    c = a
+    if hi is not None:                   # min(A, hi): R = (I + sign(hi I - A)) / 2 projects onto {s < hi}
+        c = shifted_sandwich(c, t_eyes[-1], (eye + signs[-1]) / 2)
+    if lo is not None:                   # max(., lo): R = (I - sign(lo I - A)) / 2 projects onto {s > lo}
+        c = shifted_sandwich(c, t_eyes[0], (eye - signs[0]) / 2)
     out = (sc * c) @ o
     if hi is not None:                   # hi above an upper bound of s_max: exactly the identity
         keep = hi >= frob(xw)
@@ -170,9 +150,9 @@ def _as_work(t, work: torch.dtype, device) -> torch.Tensor:
 
 def _hardcap_nested(w: torch.Tensor, t, cdt: torch.dtype, steps: int | None) -> torch.Tensor:
     x = w.to(torch.float32 if cdt == torch.bfloat16 else cdt)
-    o = _sign(x, cdt, steps)
+    o = clip_sign(x, cdt, steps)
     d = t * o - x
-    return (t * o + x - d @ mT(_sign(d, cdt, steps)) @ o) / 2
+    return (t * o + x - d @ mT(clip_sign(d, cdt, steps)) @ o) / 2
 
 
 def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "polar",
@@ -231,7 +211,7 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
         if not no_hi:
             out = _hardcap_nested(x, hi_t, cdt, steps)
         if not no_lo:
-            o = _sign(xw, cdt, steps)
+            o = clip_sign(xw, cdt, steps)
             out = out + lo_t * o - _hardcap_nested(x, lo_t, cdt, steps)
     elif method == "polar":
         lo_w = None if no_lo else _as_work(lo_t, work, x.device)
@@ -254,7 +234,7 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
         out = xw if no_hi else caps[0]
         if not no_lo:
             cap_lo = caps[-1] * (lo_w > 0)
-            out = out + lo_w * _sign(xw, cdt, steps) - cap_lo
+            out = out + lo_w * clip_sign(xw, cdt, steps) - cap_lo
     out = mT(out) if transposed else out
     return out.to(X.dtype)
 

@@ -98,7 +98,7 @@ def test_far_clipped_eigenvalues_cost_no_first_order_error():
     # A cluster at 1e3 capped near 0, and a clip band inside a +-[1e-3, 1e3] spectrum: in the old identity
     # form ((t I - W) sign(t I - W) etc.) a sign error cost eps |lambda|: measured fp32 2.5e-4..2.1e-3,
     # bf16 5..40. The shifted-sandwich form keeps only second-order terms there; in bf16 it also needs the
-    # sign's eigenvectors (fp32 steps up to eig.BF16_SWITCH, symmetrised signs): measured <= 1.4e-2.
+    # sign's eigenvectors (fp32 steps up to polar.CLIP_BF16_SWITCH, symmetrised signs): measured <= 1.4e-2.
     g = torch.Generator().manual_seed(3)
     cluster = torch.cat([torch.full((10,), 1e3), torch.full((40,), 0.5), torch.zeros(20), torch.full((26,), -2.0)])
     wide = torch.cat([torch.logspace(-3, 3, 48), -torch.logspace(-3, 3, 48)])

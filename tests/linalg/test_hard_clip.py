@@ -71,7 +71,7 @@ def test_polar_error_does_not_grow_with_the_ratio(kind):
             assert rel_err(spectral_hardcap(x, t), _clip(x, 0, t)) <= 1e-4, ratio
             assert rel_err(spectral_clip(x, t / 5, t), _clip(x, t / 5, t)) <= 1e-4, ratio
         # bf16 (issue 2: <= 3e-2): the sign iterations stay in fp32 until the tracked lower bound reaches
-        # hard_clip.BF16_SWITCH, and the eigen-signs are symmetrised (measured <= 1e-2; with the old form,
+        # polar.CLIP_BF16_SWITCH, and the eigen-signs are symmetrised (measured <= 1e-2; with the old form,
         # a fixed 3 fp32 steps and unsymmetrised signs: 5e-2 at best, 0.1-9 at large ratios)
         out = spectral_hardcap(x, t, dtype=torch.bfloat16)
         assert out.dtype == torch.float32 and rel_err(out, _clip(x, 0, t)) <= 3e-2, ratio
