@@ -16,7 +16,7 @@ eigenvalues above ``t``), ``min(W, t) = t I + P (W - t I) P`` with ``P = (I + ms
 ``eig_clip = max(min(W, hi), lo)`` as two such steps. A sign error ``E`` then costs ``E (W - t I) R`` (the
 kept part only) and ``E (W - t I) E`` (second order), instead of ``(t I - W) E / 2`` in the identity above:
 eigenvalues far beyond the threshold (``|lambda| >> |t|``, e.g. a cluster at 1e3 capped at 1) no longer
-cost ``~ eps |lambda|`` (measured, fp32: 2.1e-3 -> 5.8e-5 for ``eig_clip`` of a spectrum over +-[1e-3, 1e3];
+cost ``~ eps |lambda|`` (measured, fp32: 2.1e-3 -> 5.3e-5 for ``eig_clip`` of a spectrum over +-[1e-3, 1e3];
 bf16: 6.2 -> 3.6e-3 for ``eig_hardcap`` of a 1e3 cluster at 0). bf16 also needs the sign's eigenvectors:
 its steps stay in fp32 until the tracked lower bound reaches ``polar.CLIP_BF16_SWITCH``, and the signs are
 symmetrised (a skew error is a rotation that the sandwich would carry to first order); on a linear
