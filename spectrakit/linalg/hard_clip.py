@@ -18,7 +18,8 @@ The spread of the eigenvalues of ``t I - A`` grows only linearly with ``s_max / 
 ``E (t I - A) P`` (norm ``<= t``) and ``E (t I - A) E`` (second order), and near the threshold it is
 weighted by ``|s - t|``. The identity form ``(t I - A + (t I - A) sign(t I - A)) / 2`` cost
 ``E (t I - A)`` (norm ``~ s_max``) instead, which grew with ``s_max / t`` (measured at ``s_max / t = 1e3``:
-fp32 3e-4..4e-4 -> 4e-5, bf16 2..7 -> 0.05..0.12). Step 3 runs on ``A / sc`` with ``sc = max(t, ||X||_F)``
+fp32 3e-4..4e-4 -> 4e-5; bf16 2..7 -> <= 1e-2 together with the bf16 settings below). Step 3 runs on
+``A / sc`` with ``sc = max(t, ||X||_F)``
 so every term is bounded by 1. A threshold ``hi >= ||X||_F`` returns
 ``X`` itself (no rounding), selected with ``torch.where`` (no host sync). Cost: one ``m x n`` polar factor,
 two ``m x m x n`` products, one batched ``m x m`` sign and two ``m x m`` products per threshold (measured
