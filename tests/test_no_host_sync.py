@@ -3,8 +3,11 @@
 Every way a tensor value reaches the host (``item()``, ``float()``/``bool()``/``if tensor``, and the C++
 argument parser turning a tensor into a ``Scalar``, e.g. ``torch._foreach_lerp_(m, u, weight_tensor)``)
 goes through ``aten::_local_scalar_dense``, the op that blocks on CUDA. A ``TorchDispatchMode`` that raises
-on it catches all of them on CPU, including the ones a monkeypatched ``Tensor.item`` cannot see. The CUDA
-check (``torch.cuda.set_sync_debug_mode("error")``) is in the benchmarks and the CUDA-only tests.
+on it catches all of them on CPU, including the ones a monkeypatched ``Tensor.item`` cannot see. It also
+raises on the ops that block on CUDA without reading a scalar: data-dependent output shapes (``nonzero``,
+boolean-mask indexing, ``unique``, ``masked_select``), ``equal``, and LAPACK calls that check their info code
+(SVD, eigh). The CUDA check (``torch.cuda.set_sync_debug_mode("error")``) is in the benchmarks and the
+CUDA-only tests.
 """
 
 from __future__ import annotations
@@ -16,11 +19,30 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import spectrakit.optim as O
 from spectrakit._checks import no_value_checks
 
+_aten = torch.ops.aten
+# Ops that block on CUDA without reading a scalar: a data-dependent output shape (the host must learn it), a
+# bool result, or a LAPACK/cuSOLVER call that checks its info code on the host.
+_SYNCING = {
+    _aten.nonzero.default, _aten.masked_select.default, _aten._unique2.default, _aten.unique_dim.default,
+    _aten.unique_consecutive.default, _aten.equal.default, _aten.is_nonzero.default,
+    _aten.repeat_interleave.Tensor, _aten._linalg_svd.default, _aten._linalg_eigh.default,
+    _aten.linalg_cholesky_ex.default, _aten.linalg_inv_ex.default,
+}
+
+
+def _bool_mask_index(func, args) -> bool:
+    """``x[mask]`` / ``x[mask] = v`` with a boolean mask: the output size is the mask's count (``nonzero``)."""
+    if func not in (_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default):
+        return False
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] or ()))
+
 
 class ForbidHostReads(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is torch.ops.aten._local_scalar_dense.default:
+        if func is _aten._local_scalar_dense.default:
             raise AssertionError("a tensor value was read on the host (a sync on CUDA)")
+        if func in _SYNCING or _bool_mask_index(func, args):
+            raise AssertionError(f"{func} synchronises the host on CUDA")
         return func(*args, **(kwargs or {}))
 
 
@@ -31,6 +53,14 @@ def test_detector_catches_scalar_conversions():
             fn()
     with ForbidHostReads():
         torch._foreach_mul_(m, w)  # the Tensor overload stays on the device
+    x = torch.randn(4, 4)
+    for fn in (lambda: x[x > 0], lambda: torch.nonzero(x), lambda: torch.equal(x, x), lambda: torch.unique(x),
+               lambda: torch.linalg.svdvals(x), lambda: torch.linalg.eigh(x + x.T),
+               lambda: x.__setitem__(x > 0, 0.0)):
+        with pytest.raises(AssertionError, match="host"), ForbidHostReads():
+            fn()
+    with ForbidHostReads():
+        torch.where(x > 0, x, 0.0), x[torch.tensor([0, 2])]  # no data-dependent shape: fine
 
 
 class _MultiTensor(O.Spectra):
