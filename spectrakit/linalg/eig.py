@@ -75,8 +75,8 @@ def shifted_sandwich(w: torch.Tensor, t_eye: torch.Tensor, r: torch.Tensor) -> t
     return t_eye + r @ (w - t_eye) @ r
 
 
-def _signs(mats: list[torch.Tensor], cdt: torch.dtype, steps: int | None) -> list[torch.Tensor]:
-    """Eigen-signs of same-shaped symmetric matrices in one batched call."""
+def eigen_signs(mats: list[torch.Tensor], cdt: torch.dtype, steps: int | None) -> list[torch.Tensor]:
+    """Eigen-signs of symmetric matrices (broadcast to one shape) in one batched :func:`~.polar.clip_sign` call."""
     shape = torch.broadcast_shapes(*(m.shape for m in mats))
     stack = torch.stack([m.expand(shape) for m in mats])
     return list(clip_sign(stack, cdt, steps, symmetric=True).unbind(0))
@@ -136,7 +136,7 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
         return W.clone()
     w, eye = _work(W, cdt)
     lo_i, hi_i = _thr(lo_t, w) * eye, _thr(hi_t, w) * eye
-    s_lo, s_hi = _signs([lo_i - w, hi_i - w], cdt, steps)
+    s_lo, s_hi = eigen_signs([lo_i - w, hi_i - w], cdt, steps)
     h = shifted_sandwich(w, hi_i, (eye + s_hi) / 2)              # min(W, hi)
     out = shifted_sandwich(h, lo_i, (eye - s_lo) / 2)            # max(min(W, hi), lo)
     return ((out + mT(out)) / 2).to(W.dtype)
@@ -156,7 +156,7 @@ def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dty
         return W.clone()
     w, eye = _work(W, cdt)
     t_i = _thr(t_t, w) * eye
-    (s,) = _signs([t_i - w], cdt, steps)
+    (s,) = eigen_signs([t_i - w], cdt, steps)
     # R = (I - side sign(t I - W)) / 2 projects onto the eigenvalues kept (> t for max, < t for min)
     out = shifted_sandwich(w, t_i, (eye - side * s) / 2)
     return ((out + mT(out)) / 2).to(W.dtype)
@@ -211,6 +211,6 @@ def eig_stepfun(W: torch.Tensor, t=0.0, *, method: str = "polar", steps: int | N
     if W.numel() == 0:  # an empty matrix maps to itself
         return W.clone()
     w, eye = _work(W, cdt)
-    (s,) = _signs([w - _thr(t_t, w) * eye], cdt, steps)
+    (s,) = eigen_signs([w - _thr(t_t, w) * eye], cdt, steps)
     out = (eye + s) / 2
     return ((out + mT(out)) / 2).to(W.dtype)

@@ -59,7 +59,7 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
 
 from ._util import compute_dtype, frob, mT, threshold, tiny_for
-from .eig import shifted_sandwich
+from .eig import eigen_signs, shifted_sandwich
 from .polar import clip_sign, to_wide
 
 METHODS = ("polar", "dilation", "nested", "exact")
@@ -122,9 +122,7 @@ def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None
     a = (a + mT(a)) / (2 * sc)
     eye = torch.eye(m, dtype=xw.dtype, device=xw.device)
     t_eyes = [(t / sc) * eye for t in ts]
-    shape = torch.broadcast_shapes(*(t.shape for t in t_eyes), a.shape)
-    # eigen-signs of t I - A (eigenvalues t - s), one batched call, symmetrised
-    signs = clip_sign(torch.stack([(t - a).expand(shape) for t in t_eyes]), cdt, steps, symmetric=True).unbind(0)
+    signs = eigen_signs([t - a for t in t_eyes], cdt, steps)  # of t I - A (eigenvalues t - s), one batched call
     # clip_[lo, hi](A) = max(min(A, hi), lo) as projector sandwiches t I + R (A - t I) R (eig.shifted_sandwich)
     c = a
     if hi is not None:                   # min(A, hi): R = (I + sign(hi I - A)) / 2 projects onto {s < hi}

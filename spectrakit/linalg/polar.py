@@ -158,10 +158,12 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
         return X.clone()
     if schedule == "exact":
         return _exact_msign(X)
-    mixed = cdt == torch.bfloat16 and schedule == "polar_express" and normalize != "frobenius"
-    # mixed bf16: the fp32 steps see the input itself (rounding an fp32 input to bf16 first perturbs it by
-    # ~4e-3 s_max / sqrt(m): singular values below that were lost whatever the steps)
-    x, transposed = to_wide(X.float() if mixed and X.dtype != torch.bfloat16 else X.to(cdt))
+    if schedule == "polar_express" and normalize == "spectral_bound":
+        # the shared iteration; with bf16 its leading steps run in fp32 on the input itself (rounding an fp32
+        # input to bf16 first perturbs it by ~4e-3 s_max / sqrt(m): smaller singular values were lost)
+        return sign_iteration(X, lower_bound=1e-3 if lower_bound is None else float(lower_bound),
+                              tol=DEFAULT_TOL[cdt], dtype=cdt, steps=steps)
+    x, transposed = to_wide(X.to(cdt))
     if schedule == "polar_express":
         lb = (1e-3 if lower_bound is None else float(lower_bound)) * x.shape[-2] ** (-1 / 8)
         if steps is None:
@@ -171,18 +173,10 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
         coeffs = SCHEDULES[schedule](steps, lower_bound)
     if normalize == "frobenius":
         out = _frobenius_iterate(x, coeffs)
-        return (mT(out) if transposed else out).to(X.dtype)
-    dtypes = None
-    if mixed:
-        # small singular values need the first steps in fp32 (bf16 rounding of an iterate of norm ~1
-        # perturbs them by ~4e-3); the remaining steps run in bf16
-        x = x.float()
-        k = bf16_fp32_steps(lb, len(coeffs), safety_for(cdt))
-        dtypes = [torch.float32 if t < k else torch.bfloat16 for t in range(len(coeffs))]
-    x1, a1, a1sq = normalized_start(x)
-    out = polar_iterate(x1, coeffs, a_first=(a1, a1sq), dtypes=dtypes)
-    out = mT(out) if transposed else out
-    return out.to(X.dtype)
+    else:
+        x1, a1, a1sq = normalized_start(x)
+        out = polar_iterate(x1, coeffs, a_first=(a1, a1sq))
+    return (mT(out) if transposed else out).to(X.dtype)
 
 
 def sign_iteration(x: torch.Tensor, *, lower_bound: float, tol: float, dtype: torch.dtype | None = None,
@@ -191,11 +185,12 @@ def sign_iteration(x: torch.Tensor, *, lower_bound: float, tol: float, dtype: to
     """Unchecked Polar Express ``msign`` of ``x`` (any orientation) for internal callers.
 
     ``lower_bound`` is relative to ``sigma_max`` (the ``m^(1/8)`` slack of the normalisation is added
-    here). ``dtype`` (default x's) is the compute dtype; for bfloat16 the input stays in x's precision
-    (>= fp32) and the first ``fp32_steps`` (None: :func:`~.schedules.bf16_fp32_steps` for ``bf16_switch``:
-    until the tracked lower bound reaches it; larger values also keep the singular vectors accurate) and last
-    ``fp32_last`` steps run in float32: the first ones resolve small singular values that bf16 cannot
-    represent next to large ones, the last ones polish the bf16 rounding of the singular values (not of the
+    here). ``dtype`` (default x's) is the compute dtype. For bfloat16 the input stays in x's precision
+    (fp32 or fp64; fp32 for half-precision inputs), and the first ``fp32_steps`` and the last ``fp32_last``
+    steps run in that precision. ``fp32_steps=None`` takes :func:`~.schedules.bf16_fp32_steps` for
+    ``bf16_switch``: steps until the tracked lower bound reaches it (larger switch values also keep the
+    singular vectors accurate). The first steps resolve small singular values that bf16 cannot represent
+    next to large ones; the last ones polish the bf16 rounding of the singular values (not of the
     vectors). Returns x's dtype.
     """
     dtype = x.dtype if dtype is None else dtype
@@ -207,7 +202,7 @@ def sign_iteration(x: torch.Tensor, *, lower_bound: float, tol: float, dtype: to
     if dtype == torch.bfloat16:
         if fp32_steps is None:
             fp32_steps = bf16_fp32_steps(lb, steps, safety_for(dtype), bf16_switch)
-        hi = torch.float32 if xw.dtype == torch.bfloat16 else xw.dtype
+        hi = xw.dtype if xw.dtype in (torch.float32, torch.float64) else torch.float32
         xw = xw.to(hi)
         dtypes = [hi if (t < fp32_steps or t >= steps - fp32_last) else torch.bfloat16 for t in range(steps)]
     else:
