@@ -232,9 +232,13 @@ class Signum:
             def body(ui, mi):
                 mi.lerp_(ui, wt)
                 if group["nesterov"]:
-                    ui.lerp_(mi, b).sign_()
-                else:
+                    ui.lerp_(mi, b)
+                    if self.sign:
+                        ui.sign_()
+                elif self.sign:
                     torch.sign(mi, out=ui)
+                else:
+                    ui.copy_(mi)
                 if scale is not None:
                     ui.mul_(scale)
 
@@ -245,8 +249,22 @@ class Signum:
             torch._foreach_lerp_(u, m, b)
         else:
             torch._foreach_copy_(u, m)
-        torch._foreach_sign_(u)
+        if self.sign:
+            torch._foreach_sign_(u)
         w.scale_(scale)
+
+    sign = True
+
+
+class EMA(Signum):
+    """EMA-momentum direction, Muon's (Jordan et al. 2024; ``torch.optim.Muon``): ``m <- m + (1-b)(g - m)``
+    (``lerp``), ``U = m``; with ``nesterov=True``: ``U = g + b (m - g)``. The Signum recursion without the
+    sign, in the same ``lerp`` arithmetic as ``torch.optim.Muon`` (bit-identical momentum). Hyperparameters:
+    ``momentum`` b in [0, 1), ``nesterov``."""
+
+    name = "ema"
+    defaults = {"momentum": 0.95, "nesterov": True}
+    sign = False
 
 
 class SGD:
@@ -441,4 +459,4 @@ class MARS:
         adam_direction_(w, m, v, t, b1, b2, group["eps"], ok, scale)
 
 
-BASES = {cls.name: cls() for cls in (AdamW, Signum, SGD, Lion, AdEMAMix, MARS)}
+BASES = {cls.name: cls() for cls in (AdamW, Signum, SGD, Lion, AdEMAMix, MARS, EMA)}

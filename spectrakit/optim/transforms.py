@@ -23,8 +23,10 @@ optimizer calls it once per (shape, dtype) batch. Names:
 - ``hard_clip``: ``s -> min(s, c)`` (``clip^sp_c`` of seed 000 §2) by a float64 SVD;
 - ``hardcap``: ``s -> min(s, c)`` by ``linalg.spectral_hardcap``;
 - ``orthogonalize``: ``s -> 1`` (post-orthogonalisation ablation, §F.3 Table F.8), ``linalg.orthogonalize``;
-- ``newton_schulz5``: ``s -> ~1`` in [0.7, 1.2] (Muon's quintic x 5 steps, Jordan et al. 2024),
-  ``linalg.msign(schedule="muon")``;
+- ``newton_schulz5``: ``s -> ~1`` in [0.7, 1.2] (Muon's quintic x 5 steps from a Frobenius-normalised
+  start, Jordan et al. 2024; bit-identical to ``torch.optim.Muon``), ``linalg.msign(schedule="muon",
+  normalize="frobenius")``; ``newton_schulz5_spectral``: the same quintic from linalg's spectral-bound
+  start (``linalg.msign(schedule="muon")``);
 - ``global_clip``: ``U -> U min(1, c / ||U||_F)`` (global clipping ``clip^g_c``, seed 000 §2);
 - ``none``: identity.
 
@@ -138,6 +140,15 @@ def _orthogonalize(U, c, steps=None, dtype=None):
 
 
 def _newton_schulz5(U, c, steps=None, dtype=None):
+    """Muon's Newton-Schulz as published: Frobenius-normalised start, 5 quintic steps, bit-identical to
+    ``torch.optim.Muon``'s ``_zeropower_via_newtonschulz`` (``linalg.msign(normalize="frobenius")``)."""
+    with no_value_checks():
+        return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius")
+
+
+def _newton_schulz5_spectral(U, c, steps=None, dtype=None):
+    """The same quintic from linalg's spectral-bound start ``X / ||(X X^T)^2||_F^(1/4)`` (a tighter upper
+    bound on ``sigma_max`` than ``||X||_F``, so the small singular values start larger)."""
     with no_value_checks():
         return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype)
 
@@ -152,6 +163,7 @@ POST_TRANSFORMS: dict[str, Callable | None] = {
     "hardcap": _hardcap,
     "orthogonalize": _orthogonalize,
     "newton_schulz5": _newton_schulz5,
+    "newton_schulz5_spectral": _newton_schulz5_spectral,
     "global_clip": global_clip,
     "none": None,
 }

@@ -148,15 +148,24 @@ def _keller_jordan_newton_schulz5(G: torch.Tensor, steps: int = 5, eps: float = 
 @pytest.mark.parametrize("shape", [(32, 80), (80, 32), (48, 48), (3, 40, 24)])
 @pytest.mark.parametrize("in_dtype", [torch.float32, torch.bfloat16])
 def test_muon_frobenius_reproduces_published_loop_exactly(shape, in_dtype):
+    """Bit for bit ``torch.optim.Muon``'s Newton-Schulz (fused addmm rounding); Keller Jordan's loop
+    (separately rounded terms) to bf16 rounding."""
+    from torch.optim._muon import _zeropower_via_newtonschulz
+
+    def torch_ns(x, steps=5):
+        return torch.stack([_zeropower_via_newtonschulz(m, (3.4445, -4.7750, 2.0315), steps, 1e-7)
+                            for m in x.reshape(-1, *x.shape[-2:])]).reshape(x.shape)
+
     g = torch.randn(*shape).to(in_dtype)
-    ref = _keller_jordan_newton_schulz5(g)
     out = msign(g, schedule="muon", normalize="frobenius", dtype=torch.bfloat16)
     assert out.dtype == in_dtype and out.shape == g.shape
-    assert torch.equal(out.bfloat16(), ref)
+    assert torch.equal(out.bfloat16(), torch_ns(g))
+    ref = _keller_jordan_newton_schulz5(g).float()
+    assert (out.float() - ref).norm() <= 1e-1 * ref.norm()  # measured 2e-2 .. 4e-2 (bf16 rounding)
     # non-contiguous input and a different step count
     gt = g.mT
     assert torch.equal(orthogonalize(gt, schedule="muon", normalize="frobenius", dtype=torch.bfloat16,
-                                     steps=3).bfloat16(), _keller_jordan_newton_schulz5(gt, steps=3))
+                                     steps=3).bfloat16(), torch_ns(gt, steps=3))
     # the default spectral-bound normalisation is a different (tighter) start
     assert not torch.equal(msign(g, schedule="muon", dtype=torch.bfloat16).bfloat16(), ref)
 

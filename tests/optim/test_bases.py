@@ -103,11 +103,13 @@ def test_presets_are_the_pipeline():
         (O.Lion, "lion", "none"),
         (O.AdEMAMix, "ademamix", "none"),
         (O.MARS, "mars", "none"),
-        (O.Muon, "sgd", "newton_schulz5"),
-        (O.DMuon, "sgd", "newton_schulz5"),
+        (O.Muon, "ema", "newton_schulz5"),
+        (O.DMuon, "ema", "newton_schulz5"),
     ]:
         opt = cls(p)
         # torch.optim.Optimizer wraps each class's ``step`` in a profiling hook (functools.wraps): unwrap it
         assert isinstance(opt, O.Spectra) and inspect.unwrap(type(opt).step) is inspect.unwrap(O.Spectra.step)
         assert opt.defaults["base"] == base and opt.defaults["post"] == post
-    assert O.Muon(p).defaults["dampening"] == 0.95 and O.Muon(p, momentum=0.9).defaults["dampening"] == 0.9
+    assert O.Muon(p, normalize="spectral").defaults["post"] == "newton_schulz5_spectral"
+    with pytest.raises(ValueError, match="normalize"):
+        O.Muon(p, normalize="gram")

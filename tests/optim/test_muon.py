@@ -26,7 +26,7 @@ def _keller_muon_step(p, buf, g, lr, wd, beta, ns):
 def _linalg_ns5(dtype):
     import spectrakit.linalg as L
 
-    return lambda U: L.msign(U.float(), schedule="muon", dtype=dtype).double()
+    return lambda U: L.msign(U.float(), schedule="muon", dtype=dtype, normalize="frobenius").double()
 
 
 @pytest.mark.parametrize(
@@ -40,8 +40,8 @@ def _linalg_ns5(dtype):
 @pytest.mark.parametrize("wd", [0.0, 0.1])
 def test_muon_matches_published_update(post, post_dtype, ns, tol, wd):
     """Each step's update equals Muon's published rule (Nesterov EMA momentum, Keller's scale and decay)
-    with the quintic (3.4445, -4.7750, 2.0315) x 5 of ``linalg.msign(schedule="muon")`` (its start is
-    normalised by linalg's Gram bound, not Keller's Frobenius norm: see test_ns5_output_band), or with the
+    with the quintic (3.4445, -4.7750, 2.0315) x 5 of ``linalg.msign(schedule="muon", normalize="frobenius")``
+    (bit-identical to torch.optim.Muon's, tests/optim/test_conformance.py), or with the
     exact SVD polar factor for post="orthogonalize"; error relative to the update's norm."""
     lr = 0.02
     init = [torch.randn(s, dtype=torch.float64) for s in SHAPES]

@@ -1,0 +1,64 @@
+"""Presets that carry a published name against the published optimizer, step by step: ``Muon``/``DMuon``
+against ``torch.optim.Muon`` (Jordan et al. 2024; Liu et al. 2025)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import spectrakit.optim as O
+
+SHAPES = [(64, 192), (192, 64), (32, 32), (48, 16)]
+
+
+def _grads(steps, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [[torch.randn(s, generator=gen) for s in SHAPES] for _ in range(steps)]
+
+
+def _run(make, grads):
+    gen = torch.Generator().manual_seed(1)
+    params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
+    opt = make(params)
+    for gs in grads:
+        for p, g in zip(params, gs):
+            p.grad = g.clone()
+        opt.step()
+    return [p.detach() for p in params], opt
+
+
+@pytest.mark.parametrize("cls,adjust,lr,wd", [(O.Muon, "original", 0.02, 0.1), (O.Muon, "original", 0.02, 0.0),
+                                              (O.DMuon, "match_rms_adamw", 1e-3, 0.1)])
+def test_muon_equals_torch_muon(cls, adjust, lr, wd):
+    """50 steps on fixed gradient sequences: momentum buffers and Newton-Schulz outputs are bit-identical
+    to ``torch.optim.Muon``; the parameters differ only by the rounding of the final ``p + (-lr) U`` (torch
+    fuses it): <= 2e-6 relative (max abs difference / max |p|)."""
+    grads = _grads(50)
+    ours, opt = _run(lambda ps: cls(ps, lr=lr, weight_decay=wd), grads)
+    ref, ref_opt = _run(lambda ps: torch.optim.Muon(ps, lr=lr, weight_decay=wd, adjust_lr_fn=adjust), grads)
+    for p, r in zip(ours, ref):
+        assert (p - r).abs().max() <= 2e-6 * r.abs().max()
+    for p, q in zip(opt.param_groups[0]["params"], ref_opt.param_groups[0]["params"]):
+        assert torch.equal(opt.state[p]["momentum_buffer"], ref_opt.state[q]["momentum_buffer"])
+
+
+def test_muon_one_step_update_matches():
+    """One step: the update ``p_1 - p_0`` equals torch's up to the rounding of ``p`` (relative 1e-5)."""
+    grads = _grads(1, seed=3)
+    gen = torch.Generator().manual_seed(1)
+    start = [torch.randn(s, generator=gen) for s in SHAPES]
+    ours, _ = _run(lambda ps: O.Muon(ps, lr=0.02), grads)
+    ref, _ = _run(lambda ps: torch.optim.Muon(ps, lr=0.02, weight_decay=0.0), grads)
+    for p, r, s in zip(ours, ref, start):
+        assert ((p - s) - (r - s)).norm() <= 1e-5 * (r - s).norm()
+
+
+def test_muon_spectral_option_differs():
+    """``normalize="spectral"`` is a different start (not Muon): the update differs from torch's by >1%."""
+    grads = _grads(1, seed=4)
+    gen = torch.Generator().manual_seed(1)
+    start = [torch.randn(s, generator=gen) for s in SHAPES]
+    ours, _ = _run(lambda ps: O.Muon(ps, lr=0.02, normalize="spectral"), grads)
+    ref, _ = _run(lambda ps: torch.optim.Muon(ps, lr=0.02, weight_decay=0.0), grads)
+    for p, r, s in zip(ours, ref, start):
+        assert (p - r).norm() > 1e-2 * (r - s).norm()
