@@ -169,6 +169,14 @@ class AdamW:
         adam_direction_(w, m, v, t, b1, b2, group["eps"], ok, scale)
 
 
+def bias_corrections(t: torch.Tensor, b1: float, b2: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(1 / sqrt(1 - b2^t), 1 / (1 - b1^t))`` for a tensor of steps ``t``, computed in float64 (as
+    ``torch.optim.AdamW`` does with Python floats; in fp32 ``1 - 0.999^1`` is off by 6e-6 relative) and
+    rounded once to ``t``'s dtype. Stays on ``t``'s device (no host read); fp32 on MPS (no float64)."""
+    hi = t.to(torch.float32 if t.device.type == "mps" else torch.float64)
+    return torch.rsqrt(1.0 - b2**hi).to(t.dtype), (1.0 / (1.0 - b1**hi)).to(t.dtype)
+
+
 def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
     """Shared Adam core: moments of ``u = w.u`` (in place), then
     ``u <- scale * (1 / (sqrt(v) / sqrt(bc2) + eps)) * m / bc1`` with ``bc_i = 1 - b_i^t``, rounded
@@ -177,7 +185,7 @@ def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
     the batching."""
     u, buf = w.u, w.buf
     w1, w2 = (1 - b1) * ok, (1 - b2) * ok
-    r, c = torch.rsqrt(1.0 - b2**t), 1.0 / (1.0 - b1**t)
+    r, c = bias_corrections(t, b1, b2)
     if w.per_tensor:  # tensor by tensor, cache-resident (see Work)
 
         def body(ui, mi, vi, ri, ci):
@@ -414,13 +422,14 @@ class AdEMAMix:
         foreach_lerp_(v, u, (1 - b2) * ok)
         torch._foreach_copy_(u, v)  # u <- 1 / (sqrt(v_hat) + eps)
         torch._foreach_sqrt_(u)
-        mul_(torch.rsqrt(1.0 - b2**t))
+        r, c = bias_corrections(t, b1, b2)
+        mul_(r)
         torch._foreach_add_(u, group["eps"])
         torch._foreach_reciprocal_(u)
         fast = torch._foreach_mul(u, m1)
         torch._foreach_mul_(u, m2)
         mul_(alpha_t)
-        torch._foreach_mul_(fast, list((1.0 / (1.0 - b1**t)).unbind(0)))
+        torch._foreach_mul_(fast, list(c.unbind(0)))
         torch._foreach_add_(u, fast)
         w.scale_(scale)
 
