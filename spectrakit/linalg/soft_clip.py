@@ -22,7 +22,8 @@ Three methods:
   ``X X^T + c^2 I`` (``FAST_STEPS`` = 6 steps, ``4 m^2 n + 42 m^3`` FLOPs, below the paper's Newton-Schulz),
   accurate to 1e-3 for ``sigma_max/c <= FAST_MAX_RATIO`` (300), a safe under-shoot beyond.
 - ``"newton_schulz"``: the paper's Algorithm 1 + Algorithm 3 (coupled Newton–Schulz inverse square
-  root, 10 steps), kept as the reference baseline; its ``if s_max <= c: return X`` is a ``torch.where``.
+  root, 10 steps), kept as the reference baseline, without early exit as in the authors' code;
+  ``"newton_schulz_early_exit"`` adds Algorithm 1's ``if s_max <= c: return X`` (a ``torch.where``).
 - ``"exact"``: float64 SVD.
 """
 
@@ -39,7 +40,7 @@ from ._util import _flush_shift, compute_dtype, eye_like, flush_tiny, frob, mT, 
 from .polar import safety_for, to_wide
 from .schedules import lower_bound_grid, schedule_intervals
 
-METHODS = ("polar", "newton_schulz", "exact")
+METHODS = ("polar", "newton_schulz", "newton_schulz_early_exit", "exact")
 # Default steps of the polar method: enough for l down to ~3e-5 (sigma_max / c ~ 1e4 with the bound slack);
 # with dtype=bfloat16 (accuracy target 3e-2 up to sigma_max / c = 1e3): 7.
 DEFAULT_STEPS = 9
@@ -142,8 +143,12 @@ def _exact(x: torch.Tensor, c) -> torch.Tensor:
     return ((u * h[..., None, :]) @ vh).to(x.dtype)
 
 
-def _newton_schulz(x: torch.Tensor, c, steps: int) -> torch.Tensor:
-    """Seed 000 Algorithm 1 with Algorithm 3 (MISR), in x's dtype, wide orientation."""
+def _newton_schulz(x: torch.Tensor, c, steps: int, early_exit: bool = False) -> torch.Tensor:
+    """Algorithm 1 with Algorithm 3 (MISR) of Jiang, Semenov & Stich (2026), in x's dtype, wide orientation:
+    ``alpha = 1 + s^2/c^2`` from the bound ``s^2 = min(||G||_F, ||G||_inf) >= sigma_max^2`` of
+    ``G = X X^T``, ``Y_0 = (I + G/c^2)/alpha``, ``Z_0 = I``, ``T = (3I - Z Y)/2, Y <- Y T, Z <- T Z``, then
+    ``H_c(X) = Z X / sqrt(alpha)``. ``early_exit``: Algorithm 1's ``if s^2 <= c^2: return X`` (a
+    ``torch.where``); the authors' code has none, and the soft clip shrinks every singular value."""
     g = x @ mT(x)
     eye = eye_like(g)
     s2 = torch.minimum(frob(g), g.abs().sum(-1, keepdim=True).amax(-2, keepdim=True))
@@ -156,7 +161,7 @@ def _newton_schulz(x: torch.Tensor, c, steps: int) -> torch.Tensor:
         y = y @ t
         z = t @ z
     out = (z / alpha.sqrt()) @ x
-    return torch.where(s2 <= c2, x, out)
+    return torch.where(s2 <= c2, x, out) if early_exit else out
 
 
 def _polar(x: torch.Tensor, c, steps: int, cdt: torch.dtype, tall: int | None = None) -> torch.Tensor:
@@ -378,13 +383,15 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
     Methods: ``"polar"`` (stacked polar factor ``c * msign([X^T; c I])[:n]^T`` with the known lower bound
     ``c / sqrt(s_max^2 + c^2)``; relative Frobenius error <= 1e-3 in fp32 for ``sigma_max/c`` in
     [1e-2, 1e4], <= 3e-2 in bf16 up to 1e3), ``"newton_schulz"`` (the paper's Algorithm 1 + 3, 10 steps by
-    default; loses the bulk when ``sigma_max/c >~ 100``: documented baseline), ``"exact"`` (float64 SVD).
+    default, as in the authors' code: no early exit; loses the bulk when ``sigma_max/c >~ 100``: documented
+    baseline), ``"newton_schulz_early_exit"`` (the same with Algorithm 1's ``if bound <= c: return X``,
+    which returns X unclipped below c, e.g. relative error 0.12 for all ``s = c/2``), ``"exact"`` (float64 SVD).
 
     Args:
         X: ``(..., m, n)`` or 1-D floating tensor, finite.
         c: threshold > 0, a float or a tensor broadcastable to the batch shape ``X.shape[:-2]``
             (e.g. shape ``(B,)`` for ``X`` of shape ``(B, m, n)``: one threshold per matrix).
-        method: "polar", "newton_schulz" or "exact".
+        method: "polar", "newton_schulz", "newton_schulz_early_exit" or "exact".
         steps: iterations (1..100); default 9 (polar, enough for ``l >= ~3e-5``; 7 with bf16, enough for
             ``sigma_max / c <= 1e3``) or 10 (newton_schulz). Beyond the accurate range, or with fewer
             steps, the polar route under-shoots: output singular values stay ``<= min(s, c)`` up to
@@ -427,8 +434,8 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
     if method == "exact":
         return _exact(X, ct)
     x, transposed = to_wide(X)
-    if method == "newton_schulz":
-        out = _newton_schulz(x.to(cdt), ct, 10 if steps is None else steps)
+    if method in ("newton_schulz", "newton_schulz_early_exit"):
+        out = _newton_schulz(x.to(cdt), ct, 10 if steps is None else steps, method == "newton_schulz_early_exit")
     else:
         if steps is None:
             steps = (BF16_DEFAULT_STEPS if cdt == torch.bfloat16

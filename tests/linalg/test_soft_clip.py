@@ -82,8 +82,26 @@ def test_newton_schulz_baseline_accurate_at_moderate_ratio():
     x = torch.randn(64, 192)
     smax = float(torch.linalg.matrix_norm(x.double(), 2))
     assert rel_err(soft_clip(x, smax / 10, method="newton_schulz"), _oracle(x, smax / 10)) < 1e-4
-    # faithful to the paper: returns X unchanged when the bound s_max <= c (discontinuous rule)
-    assert torch.equal(soft_clip(x, 1e3 * smax, method="newton_schulz"), x)
+    # Algorithm 1's early exit (a separate method): returns X unchanged when the bound s_max <= c
+    assert torch.equal(soft_clip(x, 1e3 * smax, method="newton_schulz_early_exit"), x)
+
+
+@pytest.mark.parametrize("shape", [(16, 16), (24, 40), (40, 24)])
+def test_newton_schulz_below_c_matches_exact_map(shape):
+    """No early exit (the authors' code): with every singular value 0.5 and c = 1 the NS route applies
+    ``s / sqrt(1 + s^2/c^2)`` (0.447); the early-exit variant returns X (relative error 0.12)."""
+    gen = torch.Generator().manual_seed(0)
+    q1, _ = torch.linalg.qr(torch.randn(shape[0], shape[0], dtype=torch.float64, generator=gen))
+    q2, _ = torch.linalg.qr(torch.randn(shape[1], shape[1], dtype=torch.float64, generator=gen))
+    k = min(shape)
+    x = (0.5 * q1[:, :k] @ q2[:, :k].T).float()
+    ref = _oracle(x, 1.0)
+    assert rel_err(soft_clip(x, 1.0, method="newton_schulz"), ref) < 1e-5
+    assert rel_err(soft_clip(x, 1.0, method="newton_schulz_early_exit"), ref) > 0.1
+    # a random matrix below c: the whole spectrum is shrunk as the exact map does
+    y = torch.randn(shape, generator=gen)
+    c = 3 * float(torch.linalg.matrix_norm(y.double(), 2))
+    assert rel_err(soft_clip(y, c, method="newton_schulz"), _oracle(y, c)) < 1e-5
 
 
 def test_exact_path_matches_numpy():
