@@ -66,7 +66,7 @@ from spectrakit.optim.transforms import (
     SCALES,
     matrix_shape,
     update_scale,
-    vector_soft_clip_factors,
+    vector_clip_factors,
     workspace_numel,
 )
 
@@ -108,7 +108,10 @@ class Spectra(torch.optim.Optimizer):
             fp32/bf16 params), ``"bfloat16"``, ``"float32"`` or ``"float64"`` (a string, so that state dicts
             stay loadable with ``weights_only=True``).
         vector_clip: if True, 1-D/0-d parameters get the smooth vector clip
-            ``u / sqrt(1 + ||u||^2 / c^2)`` as post-transform (and as pre-transform when ``pre_c`` is set).
+            ``u / sqrt(1 + ||u||^2 / c^2)`` as post-transform (and as pre-transform when ``pre_c`` is set);
+            ``"reference"``: the paper's discontinuous rule (``u`` unchanged while ``||u|| <= c``, else the
+            smooth map; Jiang, Semenov & Stich 2026), for exact reproduction. The smooth map is the default
+            because the reference rule jumps by ``1 - 1/sqrt(2)`` at ``||u|| = c``.
         peak_lr: LR peak for the warm-up rule (None: the group's ``lr`` at construction).
         max_batch_numel: None (default) or an int >= 1 capping the elements of a stacked batch plus the
             post-transform's workspace (4 ``min(m, n)^2`` per matrix for the default fast soft clip, 0
@@ -147,7 +150,7 @@ class Spectra(torch.optim.Optimizer):
         scale="auto",
         post_steps: int | None = None,
         post_dtype: str | None = None,
-        vector_clip: bool = False,
+        vector_clip: bool | str = False,
         peak_lr: float | None = None,
         max_batch_numel: int | None = None,
         **base_kwargs,
@@ -217,6 +220,8 @@ class Spectra(torch.optim.Optimizer):
             check_int(group["post_steps"], "post_steps", low=1)
         if group["post_dtype"] is not None:
             check_choice(group["post_dtype"], "post_dtype", _DTYPES)
+        if group["vector_clip"] not in (False, True, "reference"):
+            raise ValueError(f"vector_clip must be False, True or 'reference', got {group['vector_clip']!r}")
         if group["max_batch_numel"] is not None:
             check_int(group["max_batch_numel"], "max_batch_numel", low=1)
         if isinstance(group["scale"], str):
@@ -483,7 +488,7 @@ class Spectra(torch.optim.Optimizer):
                     if res is not buf:
                         buf.copy_(res)
                 elif group["vector_clip"]:
-                    w.mul_(vector_soft_clip_factors(torch.stack(torch._foreach_norm(views)), pre_c_k))
+                    w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), pre_c_k))
             scale = (-lr * alpha) * ok_d  # the update is p <- (1 - lr wd ok) p + scale * post(U)
             # (2) base direction, in place (identity post-transform: the base applies scale, its last operation)
             base.direction_(w, [self._state(p, base) for p in params], group, ok_d, scale if identity else None)
@@ -500,7 +505,7 @@ class Spectra(torch.optim.Optimizer):
                       "steps": group["post_steps"], "dtype": post_dtype}]
                 )[0]  # the work tensor or a fresh output: ours to modify
             else:
-                w.mul_(vector_soft_clip_factors(torch.stack(torch._foreach_norm(views)), c_k))
+                w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), c_k))
                 upd = buf
             # (4) p <- (1 - lr wd ok) p + scale * upd, cancelled when ok = 0
             if kind == "matrix":

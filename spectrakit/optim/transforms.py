@@ -213,3 +213,17 @@ def vector_soft_clip_factors(norms: torch.Tensor, c: float) -> torch.Tensor:
     """Factors ``1 / sqrt(1 + ||g||^2 / c^2)`` of the smooth vector clip ``g -> g / sqrt(1 + ||g||^2/c^2)``
     (seed 000 §5.2, the 1-D case of SSC), for a tensor of norms."""
     return torch.rsqrt(1 + (norms / c) ** 2)
+
+
+def vector_reference_clip_factors(norms: torch.Tensor, c: float) -> torch.Tensor:
+    """Factors of the paper's 1-D rule (Jiang, Semenov & Stich 2026, Alg. 1 for a vector): ``u`` unchanged
+    while ``||u|| <= c``, else ``u / sqrt(1 + ||u||^2/c^2)``. Discontinuous at ``||u|| = c`` (the factor jumps
+    from 1 to ``1/sqrt(2)``), which is why the optimizers' default (``vector_clip=True``) is the smooth map
+    :func:`vector_soft_clip_factors`; this one is for exact reproduction (``vector_clip="reference"``).
+    ``torch.where`` on the device: no host sync."""
+    return torch.where(norms <= c, torch.ones_like(norms), vector_soft_clip_factors(norms, c))
+
+
+def vector_clip_factors(rule, norms: torch.Tensor, c: float) -> torch.Tensor:
+    """The factors of ``vector_clip=rule``: ``True`` (smooth) or ``"reference"`` (the paper's rule)."""
+    return (vector_reference_clip_factors if rule == "reference" else vector_soft_clip_factors)(norms, c)

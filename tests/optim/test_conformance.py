@@ -3,6 +3,8 @@ against ``torch.optim.Muon`` (Jordan et al. 2024; Liu et al. 2025)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -88,3 +90,28 @@ def test_adamw_equals_torch_adamw(betas, wd, lr):
         out.append(ps)
     for a, b in zip(*out):
         assert (a - b).abs().max() <= 2e-7 * b.abs().max()
+
+
+def _ref_rule(u, c):
+    """The paper's 1-D rule, written out: u if ||u|| <= c else u / sqrt(1 + ||u||^2/c^2)."""
+    n = float(u.norm())
+    return u if n <= c else u / math.sqrt(1 + n * n / (c * c))
+
+
+@pytest.mark.parametrize("rule", [True, "reference"])
+def test_vector_clip_rules(rule):
+    """1-D parameters under plain SGD (no momentum) with ``c = 1``: gradient norms on both sides of c
+    (0.5, 0.99, 1.01, 3); the reference rule leaves ``||u|| <= c`` alone, the smooth one never does."""
+    c, lr = 1.0, 0.1
+    for norm in (0.5, 0.99, 1.01, 3.0):
+        g = torch.randn(7, dtype=torch.float64)
+        g = g * (norm / g.norm())
+        p = torch.nn.Parameter(torch.zeros(7, dtype=torch.float64))
+        opt = O.Spectra([p], base="sgd", post="none", momentum=0.0, lr=lr, weight_decay=0.0, c=c,
+                        vector_clip=rule)
+        p.grad = g.clone()
+        opt.step()
+        want = _ref_rule(g, c) if rule == "reference" else g / math.sqrt(1 + norm**2 / c**2)
+        torch.testing.assert_close(p.detach(), -lr * want, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="vector_clip"):
+        O.Spectra([p], vector_clip="paper")
