@@ -98,8 +98,10 @@ class ShardedSpectraMixin:
                                          "the whole vector and is not supported under FSDP2; set "
                                          "vector_clip=False for this group")
                     if group["base"] in _NEEDS_WHOLE_TENSOR:
-                        raise ValueError(f"{name} is sharded: base={group['base']!r} is not supported under "
-                                         f"FSDP2 ({_NEEDS_WHOLE_TENSOR[group['base']]})")
+                        raise ValueError(f"{name} is sharded ({layout.kind}, Shard({layout.shard_dim})): "
+                                         f"base={group['base']!r} is not supported under FSDP2 "
+                                         f"({_NEEDS_WHOLE_TENSOR[group['base']]}); wrap the model with DDP "
+                                         "(replicated parameters) or choose another base for this group")
                 local = p.to_local()
                 if p.grad is not None:
                     grad = p.grad

@@ -204,6 +204,27 @@ class Spectra(torch.optim.Optimizer):
         group.setdefault("steps_taken", 0)
         group.setdefault("skipped_steps", torch.zeros((), dtype=torch.int64))
         self._validate(group)
+        self._take_sharded_path(group)
+
+    def _take_sharded_path(self, group: dict) -> None:
+        """FSDP2 (DTensor) parameters in a plain optimizer: become ``spectrakit.distributed.sharded(type(self))``
+        (same numbers as building that class; default ``process_group``/``replicated_exchange``), as
+        ``torch.optim`` optimizers accept ``fully_shard``-ed parameters. Unsupported layouts raise the
+        sharded optimizer's ``ValueError`` (naming the layout and the fix) at ``step()``."""
+        if not torch.distributed.is_available():
+            return
+        from torch.distributed.tensor import DTensor
+
+        if not any(isinstance(p, DTensor) for p in group["params"]):
+            return
+        from spectrakit.distributed.optimizer import ShardedSpectraMixin, sharded
+
+        if isinstance(self, ShardedSpectraMixin):
+            return
+        self.__class__ = sharded(type(self))
+        self._process_group, self._replicated_exchange = None, "auto"
+        self._sharders, self._local = {}, {}
+        self._patch_step_function()  # torch's step hooks on the new class
 
     @staticmethod
     def _validate(group: dict) -> None:

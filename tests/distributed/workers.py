@@ -328,3 +328,23 @@ def optim_errors(rank: int, ws: int) -> dict:
     out["replicate_kind"] = layout_of(w4).kind
     out["shard_kind"] = (layout_of(w3).kind, layout_of(w3).shard_dim, tuple(w3.to_local().shape))
     return out
+
+
+def plain_fsdp_suite(rank: int, ws: int) -> dict:
+    """The PLAIN presets (no ``sharded(...)``) on ``fully_shard``-ed parameters, the FSDP2 convention:
+    they take the sharded path themselves. Also runs ``sharded(cls)`` for a bit-for-bit comparison, and a
+    MARS preset (needs whole tensors) for its error message."""
+    import spectrakit.optim as O
+    from spectrakit.distributed.optimizer import ShardedSpectraMixin, sharded
+
+    res: dict = {}
+    for cls_name in ("SpectraAdamW", "SpectraSignum", "Muon"):
+        for label, cls in (("plain", getattr(O, cls_name)), ("sharded", sharded(getattr(O, cls_name)))):
+            model = fsdp_wrap(make_model())
+            opt = cls(model.parameters(), **OPT_KW[cls_name])
+            train_steps(model, opt, 0, 20, rank, ws)
+            res[(cls_name, label)] = full_params(model)
+            res[(cls_name, label, "class")] = (isinstance(opt, ShardedSpectraMixin), isinstance(opt, cls))
+    model = fsdp_wrap(make_model())
+    res["mars"] = _error(lambda: train_steps(model, O.MARS(model.parameters(), lr=1e-3), 0, 1, rank, ws))
+    return res
