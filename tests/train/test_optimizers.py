@@ -45,7 +45,7 @@ def test_param_groups_decay_matrices_only_and_dedupe_tied(make_model):
 def test_muon_gives_embeddings_and_vectors_to_adamw(make_model):
     opt = build_optimizer("muon", make_model(0))
     posts = sorted((g["post"], g["base"]) for g in opt.param_groups)
-    assert posts == [("newton_schulz5", "sgd"), ("none", "adamw"), ("none", "adamw")]
+    assert posts == [("newton_schulz5", "ema"), ("none", "adamw"), ("none", "adamw")]
 
 
 def test_adamw_matches_torch_reference(make_model, tokens):
