@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
+import traceback
+
+from spectrakit._cliargs import UsageError, check_output_folder, device_name, finite_float
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -23,8 +28,65 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse parser whose errors are one line on stderr (``error: spectrakit compare: --lr: ...``),
+    exit status 2, instead of the usage block followed by the message."""
+
+    def error(self, message: str):  # noqa: D102 (argparse API)
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default once: not when the help text already names it, nor for flags and
+    options without a default."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text.lower() or action.default in (None, argparse.SUPPRESS, False, True)
+                or not action.option_strings):
+            return text
+        return text + " (default: %(default)s)"
+
+
+_CITATIONS = {
+    "seed 000": "Jiang, Semenov and Stich (2026)",
+    "seed 001": "Grishina, Gorbunov and Rakhuba (2024)",
+    "seed 002": "Cesista (2025)",
+    "``": "",
+}
+
+
+def _user_text(text: str | None) -> str | None:
+    """Help text as users read it: papers cited by authors and year, no reST literal markup."""
+    if not text:
+        return text
+    for old, new in _CITATIONS.items():
+        text = re.sub(re.escape(old), new, text, flags=re.IGNORECASE)
+    return text
+
+
+def _harden(parser: argparse.ArgumentParser) -> None:
+    """Make every sub-parser report errors in one line, show defaults once, reject nan/inf for every
+    float option and check ``--device`` while parsing; recurses into nested sub-commands."""
+    parser.__class__ = Parser
+    parser.formatter_class = HelpFormatter
+    parser.description = _user_text(parser.description)
+    for action in parser._actions:
+        if action.help != argparse.SUPPRESS:
+            action.help = _user_text(action.help)
+        if action.type is float:
+            action.type = finite_float
+        if action.dest == "device" and action.type is None:
+            action.type = device_name
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _harden(sub)
+            for choice in action._choices_actions:
+                choice.help = _user_text(choice.help)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="spectrakit",
         description="spectrakit: control the spectrum of neural networks (matrix functions, "
                     "spectral-norm bounds, SPECTRA/Muon optimizers, reproducible experiments).",
@@ -36,19 +98,49 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip().split("\n\n")[0],
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=HelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
+    _harden(parser)
     return parser
 
 
+def _is_user_error(exc: BaseException) -> bool:
+    """A user error: :class:`UsageError`, a missing corpus or data set, or an exception raised by the
+    library's own argument checks (``spectrakit/_checks.py``) about an option's value."""
+    from spectrakit.data.corpora import CorpusUnavailableError
+
+    if isinstance(exc, (UsageError, CorpusUnavailableError)):
+        return True
+    if isinstance(exc, FileNotFoundError) and "install" in str(exc):
+        return True  # missing data set, the message names the package to install
+    if isinstance(exc, (ValueError, TypeError)) and exc.__traceback__ is not None:
+        frames = traceback.extract_tb(exc.__traceback__)
+        return os.path.basename(frames[-1].filename) in ("_checks.py", "_cliargs.py")
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; user errors give one line on stderr and exit status 2 (``SPECTRAKIT_DEBUG=1``
+    shows their traceback too)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 0
-    return int(args._run(args) or 0)
+    try:
+        for flag in ("out",):
+            if getattr(args, flag, None):
+                check_output_folder(getattr(args, flag), "--" + flag)
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if not _is_user_error(e) or os.environ.get("SPECTRAKIT_DEBUG"):
+            raise
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

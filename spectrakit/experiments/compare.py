@@ -21,7 +21,9 @@ import time
 import torch
 
 from spectrakit._checks import check_choice, check_int
+from spectrakit._cliargs import int_list, name_list, positive_int
 from spectrakit.data.batches import TokenBatches
+from spectrakit.data.corpora import CORPORA
 from spectrakit.data.tokens import prepare, unigram_entropy
 from spectrakit.experiments.io import report
 from spectrakit.models.llama import PRESETS, Llama, preset_config
@@ -135,6 +137,9 @@ class CompareOptions:
         ):
             if getattr(self, key) is not None:
                 base[key] = getattr(self, key)
+        if self.warmup is None and self.steps is not None:
+            # a short run keeps the setting's warm-up fraction (10% on cpu) instead of failing
+            base["warmup"] = min(base["warmup"], self.steps * SETTINGS[setting]["warmup"] // SETTINGS[setting]["steps"])
         for name in self.optimizers:
             check_choice(name, "optimizers", OPTIMIZERS)
         check_choice(base["preset"], "preset", PRESETS)
@@ -334,8 +339,9 @@ def _csv(text: str, kind=str) -> tuple:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--optimizers",
-        default="adamw,spectra-adamw",
-        help=f"comma-separated names from: {', '.join(OPTIMIZERS)}",
+        default=("adamw", "spectra-adamw"),
+        type=name_list(tuple(OPTIMIZERS)),
+        help=f"comma-separated names from: {', '.join(OPTIMIZERS)} (default: adamw,spectra-adamw)",
     )
     parser.add_argument(
         "--setting",
@@ -344,16 +350,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="defaults for model/data/steps; auto = cuda if available else cpu",
     )
     parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="model preset")
-    parser.add_argument("--corpus", default="stdlib", help="corpus name (see `spectrakit data list`)")
-    parser.add_argument("--tokenizer", default=None, help="'bytes' or 'bpeN'")
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None, help="sequences per micro-batch")
-    parser.add_argument("--seq-len", type=int, default=None)
-    parser.add_argument("--grad-accum", type=int, default=1)
-    parser.add_argument("--warmup", type=int, default=None, help="LR warm-up steps")
-    parser.add_argument("--schedule", default="wsd", choices=SCHEDULES)
+    parser.add_argument("--corpus", default="stdlib", choices=sorted(CORPORA),
+                        help="text corpus (see spectrakit data list)")
+    parser.add_argument("--tokenizer", default=None, help="'bytes' or 'bpeN' (default: the setting's, bpe4096 on cpu)")
+    parser.add_argument("--steps", type=positive_int, default=None,
+                        help="optimizer steps per run (default: the setting's, 200 on cpu)")
+    parser.add_argument("--batch-size", type=positive_int, default=None,
+                        help="sequences per micro-batch (default: the setting's, 16 on cpu)")
+    parser.add_argument("--seq-len", type=positive_int, default=None,
+                        help="tokens per sequence (default: the setting's, 128 on cpu)")
+    parser.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="LR warm-up steps (default: the setting's, 20 on cpu, scaled down to 10%% of a "
+                        "shorter --steps)")
+    parser.add_argument("--schedule", default="wsd", choices=SCHEDULES, help="LR schedule")
     parser.add_argument(
-        "--lr", type=float, default=None, help="peak LR for all optimizers (default: registry)"
+        "--lr", type=float, default=None, help="peak LR for all optimizers (default: each optimizer's own)"
     )
     parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
     parser.add_argument(
@@ -363,16 +375,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="SPECTRA's update scale alpha for the embedding and head (default: the reference code's "
         "sqrt(vocab/d))",
     )
-    parser.add_argument("--weight-decay", type=float, default=0.1)
+    parser.add_argument("--weight-decay", type=float, default=0.1, help="decoupled weight decay")
     parser.add_argument("--grad-clip", type=float, default=0.5, help="global grad-norm clip (<= 0: off)")
-    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
-    parser.add_argument("--eval-every", type=int, default=None)
-    parser.add_argument("--eval-tokens", type=int, default=None)
+    parser.add_argument("--seeds", type=int_list, default=(0,), help="comma-separated seeds (default: 0)")
+    parser.add_argument("--eval-every", type=positive_int, default=None,
+                        help="steps between validation evaluations (default: the setting's, 50 on cpu)")
+    parser.add_argument("--eval-tokens", type=positive_int, default=None,
+                        help="validation tokens per evaluation (default: the setting's, 32768 on cpu)")
     parser.add_argument("--diag-every", type=int, default=None, help="steps between spectral diagnostics")
     parser.add_argument(
         "--noise-steps",
         default="",
-        help="comma-separated steps for the noise-structure analysis of seed 000 F.2.2 (off by default)",
+        help="comma-separated steps at which to measure the gradient-noise structure of Jiang, Semenov and "
+        "Stich (2026), Appendix F (default: off)",
     )
     parser.add_argument(
         "--noise-signal-batches",
@@ -390,12 +405,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--out", default="runs/compare", help="folder for results, plots and per-run logs")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def run(args: argparse.Namespace) -> int:
     opts = dict(
-        optimizers=_csv(args.optimizers),
+        optimizers=tuple(args.optimizers),
         setting=args.setting,
         preset=args.preset,
         corpus=args.corpus,
@@ -411,7 +426,7 @@ def run(args: argparse.Namespace) -> int:
         embedding_scale=args.embedding_scale,
         weight_decay=args.weight_decay,
         grad_clip=args.grad_clip if args.grad_clip > 0 else None,
-        seeds=_csv(args.seeds, int),
+        seeds=tuple(args.seeds),
         eval_every=args.eval_every,
         eval_tokens=args.eval_tokens,
         diag_every=args.diag_every,

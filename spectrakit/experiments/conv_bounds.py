@@ -60,12 +60,13 @@ def run(channels=(64, 128, 256, 512), kernel_sizes=(3, 5, 7), input_size: int = 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channels", default="64,128,256,512", help="comma-separated channel counts")
     parser.add_argument("--kernel-sizes", default="3,5,7", help="comma-separated kernel sizes")
-    parser.add_argument("--input-size", type=int, default=32)
+    parser.add_argument("--input-size", type=int, default=32, help="spatial size n of the n x n input")
     parser.add_argument("--iters", type=int, default=100, help="HOPM sweeps")
     parser.add_argument("--exact-iters", type=int, default=100, help="power iterations for the exact value")
     parser.add_argument("--samples", type=int, default=1, help="Gaussian kernels per row (means are reported)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the kernels")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu or cuda (default: cuda when available)")
 
 
 def main(args: argparse.Namespace) -> int:

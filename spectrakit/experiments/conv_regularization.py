@@ -109,18 +109,21 @@ def plot(history: dict, track_layer: str, path: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--regularizers", default=",".join(REGULARIZERS))
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--train-size", type=int, default=4000)
-    parser.add_argument("--test-size", type=int, default=2000)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--weight-decay", type=float, default=5e-4)
-    parser.add_argument("--beta", type=float, default=1e-3)
-    parser.add_argument("--widths", default="8,16,32")
-    parser.add_argument("--track-layer", default="layers.1.conv2")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--regularizers", default=",".join(REGULARIZERS),
+                        help="comma-separated regularizers to train with")
+    parser.add_argument("--epochs", type=int, default=2, help="training epochs per regularizer")
+    parser.add_argument("--train-size", type=int, default=4000, help="training images used")
+    parser.add_argument("--test-size", type=int, default=2000, help="test images used")
+    parser.add_argument("--batch-size", type=int, default=128, help="images per batch")
+    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
+    parser.add_argument("--weight-decay", type=float, default=5e-4, help="SGD weight decay")
+    parser.add_argument("--beta", type=float, default=1e-3, help="weight of the spectral regularizer")
+    parser.add_argument("--widths", default="8,16,32", help="comma-separated channel widths of the ResNet stages")
+    parser.add_argument("--track-layer", default="layers.1.conv2",
+                        help="conv layer whose TN bound is tracked per epoch")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--root", default=DEFAULT_ROOT, help="folder with the Fashion-MNIST IDX files")
 
 

@@ -206,7 +206,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=2000, help="iterations K")
     parser.add_argument("--batch", type=int, default=20, help="batch size of the stochastic run (D2 = 1)")
     parser.add_argument("--ref-iters", type=int, default=3000, help="FISTA iterations for F*")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="random seed of data and runs")
 
 
 def main(args: argparse.Namespace) -> int:

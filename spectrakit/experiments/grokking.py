@@ -133,14 +133,15 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dualizers", nargs="+", default=list(DUALIZER_RUNS), choices=list(DUALIZER_RUNS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--radius", type=float, default=4.0)
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--max-steps", type=int, default=1500)
-    parser.add_argument("--train-fraction", type=float, default=0.8)
+    parser.add_argument("--dualizers", nargs="+", default=list(DUALIZER_RUNS), choices=list(DUALIZER_RUNS),
+                        help="dualizers compared")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="random seeds")
+    parser.add_argument("--width", type=int, default=64, help="hidden width of the MLP")
+    parser.add_argument("--lr", type=float, default=0.1, help="learning rate")
+    parser.add_argument("--radius", type=float, default=4.0, help="radius of the spectral constraint set")
+    parser.add_argument("--momentum", type=float, default=0.9, help="momentum")
+    parser.add_argument("--max-steps", type=int, default=1500, help="training steps at most")
+    parser.add_argument("--train-fraction", type=float, default=0.8, help="share of the pairs used for training")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -183,8 +183,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lrs", type=float, nargs="+", default=[2.0**k for k in range(-8, 3)], help="eta_0 grid"
     )
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
+                        help="update rules to compare")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -117,13 +117,15 @@ def plot(rows: list[dict], path: str) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=list(DEFAULT_WIDTHS),
                         help="CPU default; the seed's sweep is 16 64 256 1024 (GPU-sized)")
-    parser.add_argument("--lrs", type=float, nargs="+", default=list(DEFAULT_LRS))
-    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
-    parser.add_argument("--steps", type=int, default=32)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--dualizer", default="pdhg", choices=["naive", "alternating", "pdhg", "dual_ascent"])
-    parser.add_argument("--dualizer-steps", type=int, default=4)
-    parser.add_argument("--method", default="polar", choices=["polar", "exact"])
+    parser.add_argument("--lrs", type=float, nargs="+", default=list(DEFAULT_LRS), help="learning rates swept")
+    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS, help="constraint sets compared")
+    parser.add_argument("--steps", type=int, default=32, help="training steps per run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="random seeds")
+    parser.add_argument("--dualizer", default="pdhg", choices=["naive", "alternating", "pdhg", "dual_ascent"],
+                        help="how the steepest-descent direction is dualised")
+    parser.add_argument("--dualizer-steps", type=int, default=4, help="iterations of the dualizer")
+    parser.add_argument("--method", default="polar", choices=["polar", "exact"],
+                        help="matrix functions by polar iterations or exact SVD/eigh")
 
 
 def main(args: argparse.Namespace) -> int:
