@@ -252,8 +252,8 @@ def compare(**options) -> list[dict]:
     """Run the comparison; keyword options are the fields of :class:`CompareOptions`.
 
     Returns one row per (optimizer, seed) with ``val_loss``, ``val_ppl``, ``step_ms``, ``overhead_%`` (step
-    time over the base optimizer of the same seed when both ran, else ``nan``), ``max_weight_sn`` (final
-    largest ``||W||_2`` over matrices), ``max_update_sn`` (largest ``||U||_2`` of the applied update direction
+    time over the base optimizer of the same seed when both ran, else ``None``, shown as ``-``),
+    ``max_weight_sn`` (final largest ``||W||_2`` over matrices), ``max_update_sn`` (largest ``||U||_2`` of the applied update direction
     over the recorded steps after the LR warm-up, during which SPECTRA's threshold is raised to
     ``c * lr_peak / lr_k``), ``agg_linf`` (final ``max |W_ij|``) and ``diverged``; private keys starting
     with ``_`` hold the curves. Raises ``ValueError`` for invalid options,
@@ -275,7 +275,7 @@ def compare(**options) -> list[dict]:
     for r in rows:
         base = OPTIMIZERS[r["optimizer"]].base
         b = by_key.get((base, r["seed"])) if base else None
-        r["overhead_%"] = 100.0 * (r["step_ms"] / b["step_ms"] - 1.0) if b else math.nan
+        r["overhead_%"] = 100.0 * (r["step_ms"] / b["step_ms"] - 1.0) if b else None
     return rows
 
 

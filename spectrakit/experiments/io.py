@@ -16,6 +16,8 @@ import torch
 
 
 def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, float):
@@ -52,7 +54,8 @@ def environment() -> dict[str, str]:
     if torch.cuda.is_available():
         device = torch.cuda.get_device_name()
     else:
-        device = f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        n = torch.get_num_threads()
+        device = f"CPU ({platform.processor() or platform.machine()}, {n} thread{'s' if n != 1 else ''})"
     return {
         "device": device,
         "torch": torch.__version__,

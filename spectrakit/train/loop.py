@@ -36,6 +36,7 @@ from spectrakit.train.checkpoint import (
 )
 from spectrakit.train.distributed import DistInfo, all_reduce_mean, is_sharded
 from spectrakit.train.logs import RunLogger
+from spectrakit.train.progress import ProgressLines
 
 
 @dataclasses.dataclass
@@ -58,7 +59,7 @@ class TrainConfig:
             every rank.
         resume: checkpoint to resume from (``None``: start fresh): a ``checkpoint.pt`` file, or under
             FSDP2 a ``checkpoint/`` directory (every rank must pass it).
-        progress: show a tqdm bar (only when stderr is a TTY).
+        progress: show a tqdm bar when stderr is a TTY, else plain lines (every ~10% of the run or 30 s).
         stop_on_nan: stop when the logged training loss is not finite (marks the run ``diverged``).
     """
 
@@ -235,6 +236,7 @@ def train(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=cfg.steps, initial=start, desc=desc, dynamic_ncols=True)
+    lines = ProgressLines(desc or "train", cfg.steps, start) if cfg.progress and main and bar is None else None
     tokens_per_step = data.batch_size * data.seq_len * cfg.grad_accum * info.world_size
     seq_len = data.seq_len
 
@@ -304,6 +306,8 @@ def train(
             if bar is not None:
                 bar.update(window_steps)
                 bar.set_postfix(loss=f"{loss_v:.3f}", tok_s=f"{tokens_per_step / (ms / 1e3):,.0f}")
+            if lines is not None:
+                lines.update(step, loss_v, tokens_per_step / (ms / 1e3))
             window_loss.zero_()
             window_gnorm.zero_()
             window_steps = 0
