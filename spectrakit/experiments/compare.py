@@ -253,7 +253,8 @@ def compare(**options) -> list[dict]:
 
     Returns one row per (optimizer, seed) with ``val_loss``, ``val_ppl``, ``step_ms``, ``overhead_%`` (step
     time over the base optimizer of the same seed when both ran, else ``None``, shown as ``-``),
-    ``max_weight_sn`` (final largest ``||W||_2`` over matrices), ``max_update_sn`` (largest ``||U||_2`` of the applied update direction
+    ``max_weight_sn`` (final largest ``||W||_2`` over matrices), ``max_update_sn`` (largest ``||U||_2`` of the
+    applied update direction
     over the recorded steps after the LR warm-up, during which SPECTRA's threshold is raised to
     ``c * lr_peak / lr_k``), ``agg_linf`` (final ``max |W_ij|``) and ``diverged``; private keys starting
     with ``_`` hold the curves. Raises ``ValueError`` for invalid options,
