@@ -64,14 +64,16 @@ def environment() -> dict[str, str]:
 
 
 def report(name: str, rows: list[dict[str, Any]], out_dir: str | None, *, command: str = "",
-           extra: dict[str, Any] | None = None, columns: Sequence[str] | None = None) -> str:
-    """Print a result table with its environment header and save ``results.json``/``results.md``."""
+           extra: dict[str, Any] | None = None, columns: Sequence[str] | None = None, echo: bool = True) -> str:
+    """Print (unless ``echo=False``) a result table with its environment header and save
+    ``results.json``/``results.md``."""
     env = environment()
     header = f"## {name}\n\ndevice: {env['device']} · torch {env['torch']} · {env['date']}"
     if command:
         header += f"\n\ncommand: `{command}`"
     text = header + "\n\n" + markdown_table(rows, columns) + "\n"
-    print(text)
+    if echo:
+        print(text)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "results.json"), "w") as f:

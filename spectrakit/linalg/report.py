@@ -2,8 +2,10 @@
 
 ``spectrakit ops`` builds random and ill-conditioned test matrices on the available device, runs each
 function of :mod:`spectrakit.linalg` in the requested dtypes, and prints one table row per
-(function, input, dtype): relative Frobenius error against the exact path, time of the function, time
-of the exact path (float64 SVD/eigh on the same device) and the speed-up.
+(function, input, dtype) as soon as it is measured: relative Frobenius error against the exact path, a
+verdict (within or outside the documented accuracy for that input and dtype, with the paper's Newton-Schulz
+soft clip's known failure beside a large spike marked as expected), time of the function, time of the exact
+path (float64 SVD/eigh on the same device) and the speed-up.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import sys
 import torch
 
 import spectrakit.linalg as L
-from spectrakit.experiments.io import report
+from spectrakit.experiments.io import environment, markdown_table, report
 
 from .timing import time_ms
 
+COLUMNS = ["function", "input", "shape", "dtype", "rel_err", "verdict", "time_ms", "exact_ms", "speedup"]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}
 
 
@@ -67,8 +70,30 @@ def _exact(name: str, fn, x: torch.Tensor) -> torch.Tensor:
     return fn(x, method="exact")
 
 
-def rows_for(m: int, n: int, device: torch.device, dtypes: list[torch.dtype], reps: int = 3) -> list[dict]:
-    """Result rows for one shape (see the module docstring)."""
+# Documented accuracy (relative Frobenius error against float64 SVD/eigh, docs/linalg.md) per dtype; the power
+# iteration's 30 steps give a lower bound whose error depends on the gap s_1/s_2 of the input.
+TOLERANCE = {"float32": 1e-3, "float64": 1e-3, "bfloat16": 3e-2}
+SPECTRAL_NORM_TOLERANCE = 1e-2
+EXPECTED_FAILURES = {
+    ("soft_clip newton_schulz", "ill-cond"):
+        "expected: the paper's Newton-Schulz soft clip (Jiang, Semenov and Stich 2026) is accurate only for "
+        "small s_max/c; beside a 1e3 spike it is not (the polar method is)",
+}
+
+
+def verdict(function: str, inp: str, dtype: str, rel_err: float) -> str:
+    """``ok`` when ``rel_err`` is within the documented accuracy for this function, input and dtype,
+    ``OUTSIDE`` when not; known limitations of the paper's method are labelled as expected."""
+    expected = EXPECTED_FAILURES.get((function, inp))
+    tol = SPECTRAL_NORM_TOLERANCE if function == "spectral_norm" else TOLERANCE[dtype]
+    if rel_err <= tol:
+        return f"ok (<= {tol:g})"
+    return expected or f"OUTSIDE (> {tol:g})"
+
+
+def rows_for(m: int, n: int, device: torch.device, dtypes: list[torch.dtype], reps: int = 3,
+             on_row=None) -> list[dict]:
+    """Result rows for one shape (see the module docstring); ``on_row(row)`` is called as each is ready."""
     gen = torch.Generator().manual_seed(0)
     rows = []
     rect = _inputs(m, n, device, gen)
@@ -99,6 +124,9 @@ def rows_for(m: int, n: int, device: torch.device, dtypes: list[torch.dtype], re
                 rows.append({"function": name, "input": inp, "shape": f"{a.shape[-2]}x{a.shape[-1]}",
                              "dtype": str(dt).replace("torch.", ""), "rel_err": err, "time_ms": t,
                              "exact_ms": t_ref, "speedup": t_ref / t if t > 0 else float("nan")})
+                rows[-1]["verdict"] = verdict(name, inp, rows[-1]["dtype"], err)
+                if on_row is not None:
+                    on_row(rows[-1])
     return rows
 
 
@@ -121,8 +149,18 @@ def run(args: argparse.Namespace) -> int:
     if any(len(s) != 2 or min(s) < 2 for s in shapes):
         raise SystemExit("--shapes: each shape must be MxN with M, N >= 2")
     rows = []
+    env = environment()
+    print(f"## spectrakit ops: matrix functions vs exact SVD/eigh\n\ndevice: {env['device']} · torch {env['torch']} · "
+          f"{env['date']}\n", flush=True)
+    print("| " + " | ".join(COLUMNS) + " |\n|" + "|".join("---" for _ in COLUMNS) + "|", flush=True)
     for m, n in shapes:
-        rows += rows_for(m, n, device, dtypes, reps=args.reps)
-    report("spectrakit ops: matrix functions vs exact SVD/eigh", rows, args.out,
+        rows += rows_for(m, n, device, dtypes, reps=args.reps,
+                         on_row=lambda r: print(markdown_table([r], COLUMNS).splitlines()[-1], flush=True))
+    print()
+    report("spectrakit ops: matrix functions vs exact SVD/eigh", rows, args.out, columns=COLUMNS, echo=False,
            command="spectrakit " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["ops"] else "spectrakit ops")
+    ok = sum(r["verdict"].startswith("ok") for r in rows)
+    outside = sum(r["verdict"].startswith("OUTSIDE") for r in rows)
+    print(f"{ok} of {len(rows)} rows within the documented accuracy, {len(rows) - ok - outside} known limitations "
+          f"of the paper's method, {outside} OUTSIDE" + (f"; results in {args.out}" if args.out else ""))
     return 0

@@ -28,3 +28,21 @@ def test_cli_runs_and_saves(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "soft_clip polar" in out and "bfloat16" in out
     assert (tmp_path / "results.json").exists()
+
+
+def test_verdicts():
+    assert report.verdict("msign", "random", "float32", 1e-5).startswith("ok")
+    assert report.verdict("msign", "random", "float32", 2e-3).startswith("OUTSIDE")
+    assert report.verdict("msign", "random", "bfloat16", 2e-2).startswith("ok")
+    assert report.verdict("soft_clip newton_schulz", "ill-cond", "float32", 0.3).startswith("expected")
+    assert report.verdict("soft_clip newton_schulz", "random", "float32", 0.3).startswith("OUTSIDE")
+
+
+def test_ops_prints_rows_as_they_come(capsys, tmp_path):
+    from spectrakit.cli import main
+
+    assert main(["ops", "--shapes", "16x24", "--dtypes", "fp32", "--reps", "1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = [x for x in out.splitlines() if x.startswith("| ") and "| function |" not in x]
+    assert len(rows) == 18 and all("ok (<=" in x or "expected:" in x for x in rows), out
+    assert "within the documented accuracy" in out and (tmp_path / "results.json").exists()
