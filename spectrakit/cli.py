@@ -13,7 +13,8 @@ import re
 import sys
 import traceback
 
-from spectrakit._cliargs import UsageError, check_output_folder, device_name, finite_float
+from spectrakit._cliargs import UsageError, check_output_folder, device_name, finite_float, positive_int
+from spectrakit._threads import apply_threads
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -78,6 +79,11 @@ def _harden(parser: argparse.ArgumentParser) -> None:
             action.type = finite_float
         if action.dest == "device" and action.type is None:
             action.type = device_name
+    if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions) and parser.prog != "spectrakit":
+        parser.add_argument("--threads", type=positive_int, default=None,
+                            help="CPU threads for torch (default: the cores not busy with other work, from the load "
+                            "average; OMP_NUM_THREADS when set)")
+    for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 _harden(sub)
@@ -128,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 0
+    apply_threads(getattr(args, "threads", None))
     try:
         for flag in ("out",):
             if getattr(args, flag, None):

@@ -12,6 +12,14 @@ import torch
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def pytest_configure(config):
+    """Use only the cores not busy with other work (the command line's policy): on a loaded machine, one
+    thread per core makes the suite several times slower."""
+    from spectrakit._threads import apply_threads
+
+    apply_threads()
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -55,7 +55,10 @@ def environment() -> dict[str, str]:
         device = torch.cuda.get_device_name()
     else:
         n = torch.get_num_threads()
-        device = f"CPU ({platform.processor() or platform.machine()}, {n} thread{'s' if n != 1 else ''})"
+        from spectrakit import _threads
+
+        why = f": {_threads.CHOICE}" if _threads.CHOICE else ""
+        device = f"CPU ({platform.processor() or platform.machine()}, {n} thread{'s' if n != 1 else ''}{why})"
     return {
         "device": device,
         "torch": torch.__version__,
