@@ -92,6 +92,8 @@ def clip_threshold(c: float, k: int, lr: float, peak_lr: float, warmup_steps: in
     - otherwise ``c_k = c``.
     """
     ck = float(c)
+    if ck == math.inf:  # no clipping at any step
+        return ck
     if schedule["warmup"] == "inverse_lr" and k < warmup_steps and lr > 0:
         ck *= peak_lr / lr
     if schedule["decay"] is not None:

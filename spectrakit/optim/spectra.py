@@ -53,6 +53,7 @@ another cap). Parameters are never cloned.
 
 from __future__ import annotations
 
+import math
 from itertools import chain
 
 import torch
@@ -75,6 +76,17 @@ _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torc
 # and the extra memory is negligible, so small parameters are never split into more batches.
 MIN_BATCH_NUMEL = 2**20
 
+
+# Keys a param group may hold besides the optimizer's and its base's hyperparameters: those PyTorch's LR
+# schedulers add (``initial_lr``; OneCycleLR's ``max_lr``, ``min_lr``, momentum bounds), ``named_parameters``
+# groups (``param_names``), a free-form ``name``, and our own per-group counters.
+INTERNAL_KEYS = frozenset({"steps_taken", "skipped_steps"})
+GROUP_EXTRA_KEYS = frozenset({"params", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum",
+                              "param_names", "name"}) | INTERNAL_KEYS
+
+# A step whose gradients have an entry above this magnitude is skipped like a non-finite one: its square
+# (the second moments of AdamW-like bases) would overflow float32, and the moments would stay inf.
+GRAD_BOUND = 1e18
 
 class Spectra(torch.optim.Optimizer):
     r"""One update pipeline for SPECTRA, Muon and the plain optimizers (seed 000 Alg. 2).
@@ -186,9 +198,19 @@ class Spectra(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------ param groups and validation
     def add_param_group(self, param_group: dict) -> None:
-        """Add a param group; fills the defaults of the group's own base and validates every value."""
+        """Add a param group; fills the defaults of the group's own base and validates every value.
+
+        Raises ``TypeError`` for a key that is neither a hyperparameter of the optimizer or of the group's
+        base nor one that PyTorch's LR schedulers and ``named_parameters`` groups add (as for keyword
+        arguments: a misspelled ``betaz`` is an error, not silently ignored)."""
         base = param_group.get("base", self.defaults["base"])
         check_choice(base, "base", BASES)
+        unknown = set(param_group) - set(self.defaults) - set(BASES[base].defaults) - GROUP_EXTRA_KEYS
+        if unknown:
+            raise TypeError(
+                f"unknown keys {sorted(unknown)} in a param group for base={base!r}; accepted: "
+                f"{sorted((set(self.defaults) | set(BASES[base].defaults) | {'params'}) - INTERNAL_KEYS)}"
+            )
         for key, value in BASES[base].defaults.items():
             if base != self.defaults["base"]:
                 param_group.setdefault(key, value)
@@ -228,6 +250,16 @@ class Spectra(torch.optim.Optimizer):
 
     @staticmethod
     def _validate(group: dict) -> None:
+        """Check every hyperparameter of ``group`` (the constructor, ``add_param_group`` and
+        ``load_state_dict`` use it); numbers must be finite except ``c`` and ``pre_c``, whose ``inf``
+        turns that clip off."""
+        for key, value in group.items():
+            if key in ("c", "pre_c", "params"):
+                continue
+            values = value if isinstance(value, (tuple, list)) else (value,)
+            for v in values:
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ValueError(f"{key} must be a finite number, got {value}")
         check_choice(group["post"], "post", POST_TRANSFORMS)
         check_choice(group["pre"], "pre", PRE_TRANSFORMS)
         check_scalar(group["lr"], "lr", low=0.0, allow_tensor=False)
@@ -274,7 +306,8 @@ class Spectra(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------ the step
     def _finite_flag(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        """0-d fp32 tensor: 1.0 if every gradient is finite, else 0.0 (one fused reduction per device)."""
+        """0-d fp32 tensor: 1.0 if every gradient is finite and at most :data:`GRAD_BOUND` in magnitude,
+        else 0.0 (one fused reduction per device)."""
         by_device: dict[torch.device, list[torch.Tensor]] = {}
         for g in grads:
             by_device.setdefault(g.device, []).append(g)
@@ -293,13 +326,14 @@ class Spectra(torch.optim.Optimizer):
         return device.type == "cpu"
 
     def _device_finite(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        """0-d bool: every entry of ``grads`` (same device) is finite. Multi-tensor device: the fused
+        """0-d bool: every entry of ``grads`` (same device) is finite and at most :data:`GRAD_BOUND` in
+        magnitude (NaN fails the comparison). Multi-tensor device: the fused
         ``_foreach_norm(inf)`` (one kernel); CPU: per-tensor ``aminmax`` (min and max are finite iff every
         entry is: NaN propagates, +-inf is the max/min), about 10x faster there than the unvectorised
         inf-norm."""
         if self._per_tensor(grads[0].device):
-            return torch.stack([x for g in grads for x in torch.aminmax(g)]).isfinite().all()
-        return torch.stack(torch._foreach_norm(grads, float("inf"))).isfinite().all()
+            return (torch.stack([x for g in grads for x in torch.aminmax(g)]).abs() <= GRAD_BOUND).all()
+        return (torch.stack(torch._foreach_norm(grads, float("inf"))) <= GRAD_BOUND).all()
 
     def _batches(self, group: dict):
         """Split a group's parameters with gradients into batches: (kind, shape, params).
@@ -436,6 +470,10 @@ class Spectra(torch.optim.Optimizer):
             for group in self.param_groups:
                 group["steps_taken"] += 1
             return loss
+        sparse = [tuple(g.shape) for g in grads if g.is_sparse]
+        if sparse:
+            raise ValueError(f"sparse gradients are not supported (shapes {sparse}); use a dense embedding "
+                             "(nn.Embedding(sparse=False)) or a sparse optimizer such as torch.optim.SparseAdam")
         ok = self._finite_flag(grads)
         skipped = (1 - ok).to(torch.int64)
         for group in self.param_groups:
@@ -459,6 +497,8 @@ class Spectra(torch.optim.Optimizer):
                 pre_c, k, lr, group["peak_lr"], group["warmup_steps"], group["pre_c_schedule"]
             )
         )
+        if pre_c_k == math.inf:  # pre_c = inf: no pre-clip
+            pre_c_k = None
         post = group["post"]
         for kind, shape, params, alpha in self._plan(group):
             # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
@@ -475,21 +515,25 @@ class Spectra(torch.optim.Optimizer):
                 buf = torch.empty(sum(sizes), dtype=wdt, device=dev)
                 views = [v.view(p.shape) for v, p in zip(buf.split(sizes), params)]
             identity = POST_TRANSFORMS[post] is None if kind == "matrix" else not group["vector_clip"]
+            identity = identity or c_k == math.inf  # c = inf: no clip
             # a chaining base on CPU loads (and, for an identity post-transform, applies) tensor by tensor
             chain = per_tensor and getattr(base, "chains", False) and pre_c_k is None
             lr_wd = group["weight_decay"] * lr
             load = store = None
+            # the work copy is the gradient when the step is taken and 0 when it is skipped (ok = 0: non-finite or
+            # huge entries), so that the cancelled update stays finite
+            ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
             if chain and all(g.dtype == wdt for g in grads):
 
-                def load(i, views=views, grads=grads):
-                    torch.nan_to_num(grads[i], 0.0, 0.0, 0.0, out=views[i])
+                def load(i, views=views, grads=grads, ok_b=ok_b, zero=zero):
+                    torch.where(ok_b, grads[i], zero, out=views[i])
 
             elif per_tensor and all(g.dtype == wdt for g in grads):  # finite work copy: one fused pass
                 for v, g in zip(views, grads):
-                    torch.nan_to_num(g, 0.0, 0.0, 0.0, out=v)
+                    torch.where(ok_b, g, zero, out=v)
             else:
                 torch._foreach_copy_(views, grads)
-                buf.nan_to_num_(0.0, 0.0, 0.0)  # the step is cancelled by ok = 0 anyway
+                buf.masked_fill_(~ok_b, 0.0)
             if chain and identity:
                 decay = 1 - lr_wd * ok_d if lr_wd != 0 else None
 

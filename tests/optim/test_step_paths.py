@@ -111,14 +111,17 @@ def test_merged_plan_groups_by_alpha_and_skips_the_post_hook():
 @pytest.mark.parametrize("cls", [O.Spectra, _MultiTensor])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_nonfinite_check_is_exact(cls, bad):
-    """One bad entry anywhere skips the step (+inf, -inf, nan, alone in an otherwise finite tensor); huge but
-    finite gradients (whose sum or 2-norm overflows in fp32) do not."""
+    """One bad entry anywhere skips the step (+inf, -inf, nan, alone in an otherwise finite tensor); large
+    gradients up to GRAD_BOUND (whose sum or 2-norm overflows in fp32) do not, larger finite ones do."""
+    from spectrakit.optim.spectra import GRAD_BOUND
+
     ps = [torch.nn.Parameter(torch.randn(s)) for s in [(5, 4), (4,), ()]]
     opt = cls(ps, post="none", base="sgd", lr=1e-30, weight_decay=0.0)
     for p in ps:
-        p.grad = torch.full_like(p, 3e38)
+        p.grad = torch.full_like(p, -GRAD_BOUND)
     ok = opt._finite_flag([p.grad for p in ps])
     assert ok.dtype == torch.float32 and float(ok) == 1.0
+    assert float(opt._finite_flag([torch.full((3,), 3e38)])) == 0.0
     for i in range(len(ps)):
         grads = [q.grad.clone() for q in ps]
         grads[i].view(-1)[-1] = bad
