@@ -112,9 +112,21 @@ class SpectralDiagnostics:
         self.layer_logger = RunLogger(out_dir, "layers")
         self.spectra: list[dict] = []
         self.spectra_path = os.path.join(out_dir, "spectra.jsonl") if out_dir else None
-        if self.spectra_path and os.path.exists(self.spectra_path):
-            os.remove(self.spectra_path)
+        self._spectra_fresh = True  # an old spectra.jsonl is replaced at the first row, unless resume() keeps it
         self._before: dict[int, torch.Tensor] = {}
+
+    def resume(self, start: int) -> None:
+        """Continue after a checkpoint written once ``start`` steps were done: keep the logged rows of steps
+        ``< start`` and drop later ones (they are recomputed)."""
+        self.logger.resume(start - 1)
+        self.layer_logger.resume(start - 1)
+        self._spectra_fresh = False
+        if self.spectra_path and os.path.exists(self.spectra_path):
+            with open(self.spectra_path) as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+            self.spectra = [r for r in rows if r["step"] < start]
+            with open(self.spectra_path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self.spectra)
 
     @property
     def rows(self) -> list[dict]:
@@ -131,6 +143,9 @@ class SpectralDiagnostics:
         row = {"step": step, "layer": layer, "kind": kind, "sv": sv.tolist()}
         self.spectra.append(row)
         if self.spectra_path:
+            if self._spectra_fresh and os.path.exists(self.spectra_path):
+                os.remove(self.spectra_path)
+            self._spectra_fresh = False
             with open(self.spectra_path, "a") as f:
                 f.write(json.dumps(row) + "\n")
 

@@ -18,23 +18,47 @@ class RunLogger:
     def __init__(self, folder: str | None, name: str = "metrics", *, append: bool = False) -> None:
         self.rows: list[dict] = []
         self.folder, self._csv_cols = folder, None
+        self._fresh = False
         if folder:
             os.makedirs(folder, exist_ok=True)
             self.jsonl = os.path.join(folder, f"{name}.jsonl")
             self.csv = os.path.join(folder, f"{name}.csv")
             if not append:
-                for p in (self.jsonl, self.csv):
-                    if os.path.exists(p):
-                        os.remove(p)
+                self._fresh = True  # old files are removed at the first row (unless resume() keeps them)
             elif os.path.exists(self.csv):
                 with open(self.csv) as f:
                     self._csv_cols = next(csv.reader(f), None)
+
+    def resume(self, last_step: int, key: str = "step") -> list[dict]:
+        """Continue an interrupted run: keep the rows of the existing log whose ``key`` is at most
+        ``last_step`` (the rows after the checkpoint are dropped, so they are not logged twice), load them
+        into :attr:`rows` and append from there. Returns the kept rows."""
+        self._fresh = False
+        if not self.folder:
+            return self.rows
+        kept = [r for r in (read_jsonl(self.jsonl) if os.path.exists(self.jsonl) else [])
+                if r.get(key, -math.inf) is not None and r.get(key, -math.inf) <= last_step]
+        self.rows = kept
+        with open(self.jsonl, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        self._csv_cols = list(kept[0]) if kept else None
+        with open(self.csv, "w", newline="") as f:
+            if kept:
+                w = csv.writer(f)
+                w.writerow(self._csv_cols)
+                w.writerows(["" if r.get(c) is None else r.get(c) for c in self._csv_cols] for r in kept)
+        return kept
 
     def log(self, row: dict) -> None:
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.rows.append(row)
         if not self.folder:
             return
+        if self._fresh:
+            self._fresh = False
+            for p in (self.jsonl, self.csv):
+                if os.path.exists(p):
+                    os.remove(p)
         with open(self.jsonl, "a") as f:
             f.write(json.dumps(row) + "\n")
         if self._csv_cols is None:

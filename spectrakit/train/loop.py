@@ -7,10 +7,12 @@ Every ``log_every`` steps the host synchronises once to log the mean training lo
 step time and tokens/s (JSONL/CSV); every ``eval_every`` steps (and at the end) the validation loss is
 computed on fixed windows; every ``ckpt_every`` steps a checkpoint allows exact resume.
 
-Data parallelism: DDP (rank 0 writes ``checkpoint.pt``) or FSDP2 (DTensor parameters; every rank writes
-its shards into the directory ``checkpoint/`` with
-:func:`~spectrakit.train.checkpoint.save_sharded_checkpoint`; the folder is rank 0's
-``ckpt_dir``/``out_dir``, broadcast to the other ranks).
+Checkpoints are step directories under ``<ckpt_dir>/checkpoints/`` (:mod:`spectrakit.train.checkpoint`:
+atomic, checksummed, loaded without executing code). Data parallelism: DDP (rank 0 writes them) or FSDP2
+(DTensor parameters; every rank writes its shards with
+:func:`~spectrakit.train.checkpoint.save_sharded_checkpoint`; the folder is rank 0's ``ckpt_dir``/``out_dir``,
+broadcast to the other ranks). Inside :func:`spectrakit.train.interrupt.graceful`, SIGINT/SIGTERM stop the
+loop after its current step with a checkpoint (:class:`~spectrakit.train.interrupt.Interrupted`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar
 from spectrakit.data.batches import TokenBatches, eval_batches
+from spectrakit.train import interrupt
 from spectrakit.train.checkpoint import (
     load_checkpoint,
     load_sharded_checkpoint,
@@ -37,6 +40,8 @@ from spectrakit.train.checkpoint import (
 from spectrakit.train.distributed import DistInfo, all_reduce_mean, is_sharded
 from spectrakit.train.logs import RunLogger
 from spectrakit.train.progress import ProgressLines
+
+CHECKPOINTS = "checkpoints"  # subfolder of ckpt_dir holding the step directories
 
 
 @dataclasses.dataclass
@@ -54,11 +59,14 @@ class TrainConfig:
         autocast: ``"auto"`` (bf16 on CUDA, off on CPU), ``"bf16"`` or ``"off"``.
         compile: wrap the model in ``torch.compile``.
         ckpt_every: steps between checkpoints (0: only at the end when ``out_dir`` is set), >= 0.
-        out_dir: folder for ``metrics.jsonl``/``.csv`` and ``checkpoint.pt`` (``None``: keep in memory).
-        ckpt_dir: folder for checkpoints (``None``: ``out_dir``). Under FSDP2 rank 0's value is used on
-            every rank.
-        resume: checkpoint to resume from (``None``: start fresh): a ``checkpoint.pt`` file, or under
-            FSDP2 a ``checkpoint/`` directory (every rank must pass it).
+        ckpt_keep: complete checkpoints kept (the newest), >= 1.
+        out_dir: folder for ``metrics.jsonl``/``.csv`` and the checkpoints (``None``: keep in memory).
+        ckpt_dir: folder whose ``checkpoints/`` subfolder holds the step directories of
+            :mod:`spectrakit.train.checkpoint` (``None``: ``out_dir``). Under FSDP2 rank 0's value is used
+            on every rank.
+        resume: checkpoint to resume from (``None``: start fresh): a ``checkpoints/`` folder (its newest
+            usable checkpoint, falling back to older ones) or one of its step directories; under FSDP2
+            every rank passes it. The logs of the resumed run are truncated to the checkpoint's step.
         progress: show a tqdm bar when stderr is a TTY, else plain lines (every ~10% of the run or 30 s).
         stop_on_nan: stop when the logged training loss is not finite (marks the run ``diverged``).
     """
@@ -73,6 +81,7 @@ class TrainConfig:
     autocast: str = "auto"
     compile: bool = False
     ckpt_every: int = 0
+    ckpt_keep: int = 2
     out_dir: str | None = None
     ckpt_dir: str | None = None
     resume: str | None = None
@@ -90,6 +99,7 @@ class TrainConfig:
         check_int(self.eval_batch_size, "eval_batch_size", low=1)
         check_choice(self.autocast, "autocast", ("auto", "bf16", "off"))
         check_int(self.ckpt_every, "ckpt_every", low=0)
+        check_int(self.ckpt_keep, "ckpt_keep", low=1)
 
 
 @dataclasses.dataclass
@@ -175,14 +185,16 @@ def _grad_norm(params: list[torch.Tensor], clip: float | None) -> torch.Tensor:
     return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
-def _checkpoint(ckpt_dir, sharded, main, model, optimizer, scheduler, step, data) -> None:
-    """FSDP2: every rank writes ``ckpt_dir/checkpoint/``; else rank 0 writes ``ckpt_dir/checkpoint.pt``."""
+def _checkpoint(ckpt_dir, sharded, main, model, optimizer, scheduler, step, data, extra=None, keep=2):
+    """Write ``ckpt_dir/checkpoints/step_XXXXXXXX/`` (FSDP2: every rank; else rank 0); returns its path."""
+    root = os.path.join(ckpt_dir, CHECKPOINTS)
     if sharded:
-        save_sharded_checkpoint(os.path.join(ckpt_dir, "checkpoint"), model=model, optimizer=optimizer,
-                                scheduler=scheduler, step=step, data_state=data.state_dict())
-    elif main:
-        save_checkpoint(os.path.join(ckpt_dir, "checkpoint.pt"), model=model, optimizer=optimizer,
-                        scheduler=scheduler, step=step, data_state=data.state_dict())
+        return save_sharded_checkpoint(root, model=model, optimizer=optimizer, scheduler=scheduler, step=step,
+                                       data_state=data.state_dict(), extra=extra, keep=keep)
+    if main:
+        return save_checkpoint(root, model=model, optimizer=optimizer, scheduler=scheduler, step=step,
+                               data_state=data.state_dict(), extra=extra, keep=keep)
+    return None
 
 
 def train(
@@ -215,7 +227,7 @@ def train(
         box = [ckpt_dir]
         torch.distributed.broadcast_object_list(box, src=0)
         ckpt_dir = box[0]
-    start = 0
+    start, window = 0, None
     if cfg.resume:
         if sharded:
             state = load_sharded_checkpoint(
@@ -227,10 +239,16 @@ def train(
             )
         data.load_state_dict(state["data"])
         start = int(state["step"])
+        window = state["extra"].get("window")
     fwd = torch.compile(model) if cfg.compile else model
     main = info.is_main
-    logger = RunLogger(cfg.out_dir if main else None, append=start > 0)
+    logger = RunLogger(cfg.out_dir if main else None)
     evals: list[dict] = []
+    if start > 0:  # continue the logs of the interrupted run from the checkpoint's step
+        evals = [{"step": r["step"], "val_loss": r["val_loss"]} for r in logger.resume(start) if "val_loss" in r]
+        for cb in callbacks:
+            if hasattr(cb, "resume"):
+                cb.resume(start)
     bar = None
     if cfg.progress and main and sys.stderr.isatty():
         from tqdm.auto import tqdm
@@ -257,6 +275,10 @@ def train(
     window_loss = torch.zeros((), device=device)
     window_gnorm = torch.zeros((), device=device)
     window_steps, windows_ms = 0, []
+    if window is not None:  # a checkpoint written between two logged rows (a graceful stop)
+        window_loss += window["loss"].to(device)
+        window_gnorm += window["gnorm"].to(device)
+        window_steps = int(window["steps"])
     diverged = False
     model.train()
     t0 = time.perf_counter()
@@ -317,13 +339,22 @@ def train(
             if step % cfg.eval_every == 0 and step < cfg.steps:
                 run_eval(step)
             if ckpt_dir and cfg.ckpt_every and step % cfg.ckpt_every == 0:
-                _checkpoint(ckpt_dir, sharded, main, core, optimizer, scheduler, step, data)
+                _checkpoint(ckpt_dir, sharded, main, core, optimizer, scheduler, step, data, keep=cfg.ckpt_keep)
             t0 = time.perf_counter()
+        if interrupt.requested() is not None and step < cfg.steps:  # graceful stop (SIGINT/SIGTERM)
+            if bar is not None:
+                bar.close()
+            path = None
+            if ckpt_dir:
+                win = {"loss": window_loss.cpu(), "gnorm": window_gnorm.cpu(), "steps": window_steps}
+                path = _checkpoint(ckpt_dir, sharded, main, core, optimizer, scheduler, step, data,
+                                   extra={"window": win}, keep=cfg.ckpt_keep)
+            raise interrupt.Interrupted(step, interrupt.requested(), path)
     if bar is not None:
         bar.close()
     final = float("nan") if diverged else run_eval(step)
-    if ckpt_dir and not diverged:
-        _checkpoint(ckpt_dir, sharded, main, core, optimizer, scheduler, step, data)
+    if ckpt_dir and not diverged and not (cfg.ckpt_every and step % cfg.ckpt_every == 0):
+        _checkpoint(ckpt_dir, sharded, main, core, optimizer, scheduler, step, data, keep=cfg.ckpt_keep)
     timed = windows_ms[1:] if len(windows_ms) > 1 else windows_ms
     step_ms = sum(ms * n for ms, n in timed) / max(1, sum(n for _, n in timed))
     return TrainResult(

@@ -83,9 +83,10 @@ def distributed(rank: int, ws: int, ckpt_root: str) -> dict:
     # FSDP2 checkpoint: every rank writes its shards (ckpt_dir given on rank 0 only: it is broadcast)
     ckpt = os.path.join(ckpt_root, "fsdp2")
     _run(info, "fsdp2", "spectra-adamw", data(), steps=2, ckpt_dir=ckpt if rank == 0 else None)
-    out["ckpt_files"] = sorted(os.listdir(os.path.join(ckpt, "checkpoint")))
+    step_dir = os.path.join(ckpt, "checkpoints", "step_00000002")
+    out["ckpt_files"] = sorted(os.listdir(step_dir)) if os.path.isdir(step_dir) else []
     out["resumed"] = _run(info, "fsdp2", "spectra-adamw", data(), seed=1,
-                          resume=os.path.join(ckpt, "checkpoint"))
+                          resume=os.path.join(ckpt, "checkpoints"))
     return out
 
 

@@ -41,7 +41,7 @@ def test_resume_is_bit_identical(tmp_path, make_model, tokens, name):
         for p in m2.parameters():
             p.add_(1.0)  # garbage that the checkpoint must overwrite
     res = train(
-        m2, o2, s2, d2, tokens[1], TrainConfig(**(cfg | dict(resume=str(tmp_path / "checkpoint.pt"))))
+        m2, o2, s2, d2, tokens[1], TrainConfig(**(cfg | dict(resume=str(tmp_path / "checkpoints"))))
     )
     assert res.steps_done == steps and d2.position == steps
     for a, b in zip(m_full.parameters(), m2.parameters()):
@@ -182,7 +182,7 @@ def test_checkpoint_restores_rng_and_errors(tmp_path, make_model):
     assert state["step"] == 7 and torch.equal(torch.rand(3), a) and np.random.rand() == b
     with pytest.raises(FileNotFoundError, match="checkpoint"):
         load_checkpoint(str(tmp_path / "missing.pt"), model=model)
-    assert not any(f.endswith(".tmp") for f in os.listdir(tmp_path))
+    assert sorted(os.listdir(path)) == ["latest", "step_00000007"]
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def test_fsdp2_checkpoint_is_a_directory_written_by_every_rank_and_resumes_exact
     ranks, _ = results
     for r in range(2):
         files = ranks[r]["ckpt_files"]
-        assert {"train_state_rank0.pt", "train_state_rank1.pt", ".metadata"} <= set(files), files
+        assert {"train_state_rank0.pt", "train_state_rank1.pt", ".metadata", "manifest.json"} <= set(files), files
         assert sum(f.endswith(".distcp") for f in files) == 2  # one shard file per rank
         resumed, straight = ranks[r]["resumed"], ranks[r][("fsdp2", "spectra-adamw")]
         assert resumed["steps_taken"] == workers.STEPS
@@ -69,5 +69,13 @@ def test_load_sharded_checkpoint_without_rank_file_raises(tmp_path):
 
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(FileNotFoundError, match="train_state_rank0.pt"):
+    from spectrakit.train.checkpoint import CheckpointError, _write_manifest
+
+    with pytest.raises(CheckpointError, match="holds no checkpoint"):
+        load_sharded_checkpoint(str(tmp_path), model=model, optimizer=opt)
+    step = tmp_path / "step_00000003"
+    step.mkdir()
+    (step / "train_state_rank1.pt").write_bytes(b"x")
+    _write_manifest(str(step), 3)
+    with pytest.raises(CheckpointError, match="train_state_rank0.pt"):
         load_sharded_checkpoint(str(tmp_path), model=model, optimizer=opt)
