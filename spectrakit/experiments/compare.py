@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
+import re
+import shlex
+import shutil
 import sys
 import time
 
@@ -27,9 +31,11 @@ from spectrakit.data.corpora import CORPORA
 from spectrakit.data.tokens import prepare, unigram_entropy
 from spectrakit.experiments.io import report
 from spectrakit.models.llama import PRESETS, Llama, preset_config
+from spectrakit.train import interrupt
+from spectrakit.train.checkpoint import candidates
 from spectrakit.train.diagnostics import NoiseStructure, SpectralDiagnostics
 from spectrakit.train.distributed import PARALLEL_MODES, DistInfo, barrier, setup, teardown, wrap_model
-from spectrakit.train.loop import TrainConfig, train
+from spectrakit.train.loop import CHECKPOINTS, TrainConfig, train
 from spectrakit.train.optimizers import OPTIMIZERS, build_optimizer
 from spectrakit.train.schedules import SCHEDULES, make_scheduler
 
@@ -117,6 +123,8 @@ class CompareOptions:
     compile: bool = False
     out: str | None = "runs/compare"
     progress: bool = True
+    ckpt_every: int | None = None
+    resume: bool = False
 
     def resolved(self) -> dict:
         """The effective settings: ``setting`` defaults overridden by the explicit options."""
@@ -152,7 +160,12 @@ class CompareOptions:
         if self.parallel == "fsdp2" and self.noise_steps:
             raise ValueError("noise_steps must be empty with parallel='fsdp2' (the noise analysis runs on "
                              "rank 0 only and needs whole parameters)")
-        return {**base, "setting": setting, "device": device}
+        log_every = min(10, base["steps"])
+        ckpt = self.ckpt_every
+        if ckpt is None:  # about every 10% of the run, on a logged step
+            ckpt = max(log_every, base["steps"] // 10 // log_every * log_every)
+        check_int(ckpt, "ckpt_every", low=0)
+        return {**base, "setting": setting, "device": device, "ckpt_every": ckpt, "log_every": log_every}
 
 
 def _noise_batches(tokens, cfg: dict, opts: CompareOptions, seed: int, device: torch.device):
@@ -175,7 +188,8 @@ def _noise_batches(tokens, cfg: dict, opts: CompareOptions, seed: int, device: t
 
 
 def _run_one(
-    name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_dir: str | None, info: DistInfo
+    name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_dir: str | None, info: DistInfo,
+    resume: str | None = None,
 ) -> dict:
     torch.manual_seed(seed)
     model_cfg = preset_config(cfg["preset"], splits.meta["vocab_size"], max_seq_len=cfg["seq_len"])
@@ -215,7 +229,10 @@ def _run_one(
         compile=opts.compile,
         out_dir=out_dir,
         progress=opts.progress,
-        log_every=min(10, cfg["steps"]),
+        log_every=cfg["log_every"],
+        ckpt_every=cfg["ckpt_every"] if out_dir else 0,
+        ckpt_dir=out_dir,
+        resume=resume,
     )
     res = train(
         model,
@@ -248,8 +265,50 @@ def _run_one(
     }
 
 
-def compare(**options) -> list[dict]:
+RESULT = "result.json"  # a finished run's table row (with its curves), in its run folder
+
+
+def run_folders(out: str) -> list[str]:
+    """The per-run folders (``<optimizer>-s<seed>``) of a compare output folder."""
+    if not out or not os.path.isdir(out):
+        return []
+    return sorted(n for n in os.listdir(out) if re.fullmatch(r".+-s-?\d+", n) and os.path.isdir(os.path.join(out, n)))
+
+
+def _finished_row(run_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(run_dir, RESULT)) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _write_row(run_dir: str, row: dict) -> None:
+    tmp = os.path.join(run_dir, RESULT + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(row, f, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(run_dir, RESULT))
+
+
+def _with_overheads(rows: list[dict]) -> list[dict]:
+    by_key = {(r["optimizer"], r["seed"]): r for r in rows}
+    for r in rows:
+        base = OPTIMIZERS[r["optimizer"]].base
+        b = by_key.get((base, r["seed"])) if base else None
+        r["overhead_%"] = 100.0 * (r["step_ms"] / b["step_ms"] - 1.0) if b else None
+    return rows
+
+
+def compare(*, on_row=None, **options) -> list[dict]:
     """Run the comparison; keyword options are the fields of :class:`CompareOptions`.
+
+    With ``out`` set, every run writes checkpoints (``ckpt_every`` steps, default about 10% of the run) and,
+    when it finishes, its row to ``<out>/<optimizer>-s<seed>/result.json``; with ``resume=True`` finished
+    runs are read back instead of trained again and unfinished ones continue from their newest usable
+    checkpoint (bit-identical to an uninterrupted run on CPU). ``on_row(rows)`` is called on the main rank
+    after each run with the rows so far.
 
     Returns one row per (optimizer, seed) with ``val_loss``, ``val_ppl``, ``step_ms``, ``overhead_%`` (step
     time over the base optimizer of the same seed when both ran, else ``None``, shown as ``-``),
@@ -271,13 +330,19 @@ def compare(**options) -> list[dict]:
     for seed in opts.seeds:
         for name in opts.optimizers:
             out_dir = os.path.join(opts.out, f"{name}-s{seed}") if opts.out else None
-            rows.append(_run_one(name, seed, opts, cfg, splits, out_dir, info))
-    by_key = {(r["optimizer"], r["seed"]): r for r in rows}
-    for r in rows:
-        base = OPTIMIZERS[r["optimizer"]].base
-        b = by_key.get((base, r["seed"])) if base else None
-        r["overhead_%"] = 100.0 * (r["step_ms"] / b["step_ms"] - 1.0) if b else None
-    return rows
+            done = _finished_row(out_dir) if out_dir and opts.resume else None
+            if done is not None:
+                rows.append(done)
+            else:
+                ckpts = os.path.join(out_dir, CHECKPOINTS) if out_dir else None
+                resume = ckpts if opts.resume and ckpts and candidates(ckpts) else None
+                row = _run_one(name, seed, opts, cfg, splits, out_dir, info, resume=resume)
+                if out_dir and info.is_main:
+                    _write_row(out_dir, row)
+                rows.append(row)
+            if on_row is not None and info.is_main:
+                on_row(_with_overheads(list(rows)))
+    return _with_overheads(rows)
 
 
 def plot(rows: list[dict], out_dir: str, title: str = "") -> list[str]:
@@ -407,9 +472,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--out", default="runs/compare", help="folder for results, plots and per-run logs")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--ckpt-every", type=int, default=None,
+                        help="steps between checkpoints of each run (default: about 10%% of --steps; 0: only at "
+                        "the end)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the runs in --out: finished runs are kept, unfinished ones resume from "
+                        "their newest usable checkpoint")
+    parser.add_argument("--force", action="store_true",
+                        help="delete the previous results and runs in --out and start over")
+
+
+def _check_out_folder(args: argparse.Namespace) -> None:
+    """Refuse to mix a new comparison with an old one in ``--out`` unless ``--resume`` or ``--force``."""
+    from spectrakit._cliargs import UsageError
+
+    if args.resume and args.force:
+        raise UsageError("--resume and --force exclude each other")
+    old = run_folders(args.out)
+    leftovers = [f for f in ("results.json", "results.md") if os.path.exists(os.path.join(args.out, f))]
+    if not (old or leftovers) or args.resume:
+        return
+    if not args.force:
+        raise UsageError(f"--out {args.out} holds a previous comparison ({len(old)} run folders); pass --resume "
+                         "to continue it or --force to delete it and start over")
+    for name in old:
+        shutil.rmtree(os.path.join(args.out, name))
+    for name in ("results.json", "results.md", "loss_curves.png", "weight_norms.png"):
+        if os.path.exists(os.path.join(args.out, name)):
+            os.remove(os.path.join(args.out, name))
+
+
+def _resume_command(args: argparse.Namespace) -> str:
+    if sys.argv[1:2] == ["compare"]:
+        argv = [a for a in sys.argv[1:] if a not in ("--force", "--resume")]
+        return "spectrakit " + shlex.join(argv) + " --resume"
+    return f"spectrakit compare --out {shlex.quote(args.out)} --resume (with the same options)"
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_out_folder(args)
     opts = dict(
         optimizers=tuple(args.optimizers),
         setting=args.setting,
@@ -439,37 +540,56 @@ def run(args: argparse.Namespace) -> int:
         compile=args.compile,
         out=args.out,
         progress=not args.quiet,
+        ckpt_every=args.ckpt_every,
+        resume=args.resume,
     )
     t0 = time.perf_counter()
-    rows = compare(**opts)
     cfg = CompareOptions(**opts).resolved()
+    command = ("spectrakit " + shlex.join(sys.argv[1:])) if sys.argv[1:2] == ["compare"] else ""
+    state: dict = {}
+
+    def write(rows: list[dict], final: bool = False) -> list[str]:
+        """results.json / results.md / plots of the runs finished so far (after each run)."""
+        if "h1" not in state:
+            splits = prepare(args.corpus, cfg["tokenizer"])
+            state["h1"] = unigram_entropy(splits.val, splits.meta["vocab_size"])
+        h1 = state["h1"]
+        paths = plot(rows, args.out, title=f"{cfg['preset']} on {args.corpus} ({cfg['tokenizer']})")
+        public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+        report(
+            f"compare: {cfg['preset']} model, {cfg['steps']} steps x "
+            f"{cfg['batch_size']}x{cfg['seq_len']} tokens, "
+            f"{args.corpus}/{cfg['tokenizer']} (validation unigram entropy {h1:.3f} nats)",
+            public,
+            args.out,
+            command=command,
+            columns=COLUMNS,
+            echo=final,
+            extra={
+                "settings": cfg,
+                "options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()},
+                "unigram_entropy": h1,
+                "curves": {f"{r['optimizer']}-s{r['seed']}": r["_curve"] for r in rows},
+                "evals": {f"{r['optimizer']}-s{r['seed']}": r["_evals"] for r in rows},
+                "norms": {f"{r['optimizer']}-s{r['seed']}": r["_norms"] for r in rows},
+                "wall_s": time.perf_counter() - t0,
+                "complete": final,
+            },
+        )
+        return paths
+
+    try:
+        with interrupt.graceful():
+            rows = compare(on_row=write, **opts)
+    except interrupt.Interrupted as e:
+        where = f"checkpoint {e.checkpoint}" if e.checkpoint else "no checkpoint (no --out)"
+        print(f"interrupted at step {e.step} ({where}); resume with: {_resume_command(args)}", file=sys.stderr)
+        return e.exit_code
     info = setup(cfg["device"])  # already initialised by compare(); under torchrun only rank 0 reports
     if not info.is_main:
         teardown(info)
         return 0
-    splits = prepare(args.corpus, cfg["tokenizer"])
-    h1 = unigram_entropy(splits.val, splits.meta["vocab_size"])
-    paths = plot(rows, args.out, title=f"{cfg['preset']} on {args.corpus} ({cfg['tokenizer']})")
-    public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
-    command = "spectrakit compare " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["compare"] else ""
-    report(
-        f"compare: {cfg['preset']} model, {cfg['steps']} steps x "
-        f"{cfg['batch_size']}x{cfg['seq_len']} tokens, "
-        f"{args.corpus}/{cfg['tokenizer']} (validation unigram entropy {h1:.3f} nats)",
-        public,
-        args.out,
-        command=command.strip(),
-        columns=COLUMNS,
-        extra={
-            "settings": cfg,
-            "options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()},
-            "unigram_entropy": h1,
-            "curves": {f"{r['optimizer']}-s{r['seed']}": r["_curve"] for r in rows},
-            "evals": {f"{r['optimizer']}-s{r['seed']}": r["_evals"] for r in rows},
-            "norms": {f"{r['optimizer']}-s{r['seed']}": r["_norms"] for r in rows},
-            "wall_s": time.perf_counter() - t0,
-        },
-    )
+    paths = write(rows, final=True)
     print("plots: " + ", ".join(paths))
     teardown(info)
     return 0

@@ -1,0 +1,197 @@
+"""Durable checkpoints: atomic step directories, checksums and fallback, no code execution on load, disk-full
+cleanup, SIGKILL during saves, graceful SIGINT and exact resume of `spectrakit compare`."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from spectrakit.train import checkpoint as ck
+from spectrakit.train import interrupt
+
+
+def _model(fill: float) -> torch.nn.Module:
+    m = torch.nn.Linear(8, 8)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.fill_(fill)
+    return m
+
+
+def _save(root, step, **kw):
+    m = _model(float(step))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    return ck.save_checkpoint(str(root), model=m, optimizer=opt, step=step, data_state={"position": step}, **kw)
+
+
+def _load(path):
+    m = _model(-1.0)
+    state = ck.load_checkpoint(str(path), model=m, optimizer=torch.optim.SGD(m.parameters(), lr=0.1))
+    return state, float(m.weight[0, 0].detach())
+
+
+class _Payload:
+    """Unpickling this runs ``open(marker, 'w')``: a stand-in for ``os.system``."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_layout_keep_and_latest(tmp_path):
+    for step in (10, 20, 30):
+        _save(tmp_path, step)
+    assert sorted(os.listdir(tmp_path)) == ["latest", "step_00000020", "step_00000030"]
+    assert sorted(os.listdir(tmp_path / "step_00000030")) == ["manifest.json", "state.pt"]
+    state, w = _load(tmp_path)
+    assert state["step"] == 30 and w == 30.0 and state["data"] == {"position": 30}
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "manifest"])
+def test_corruption_refused_with_fallback(tmp_path, damage, capsys):
+    _save(tmp_path, 1)
+    newest = _save(tmp_path, 2)
+    f = os.path.join(newest, "state.pt")
+    if damage == "flip":
+        data = bytearray(open(f, "rb").read())
+        data[len(data) // 2: len(data) // 2 + 256] = os.urandom(256)
+        open(f, "wb").write(bytes(data))
+    elif damage == "truncate":
+        os.truncate(f, os.path.getsize(f) // 2)
+    elif damage == "delete":
+        os.remove(f)
+    else:
+        open(os.path.join(newest, "manifest.json"), "w").write("{garbage")
+    with pytest.raises(ck.CheckpointError) as e:
+        _load(newest)  # a step directory is used as given: refused, one line naming the file
+    assert "\n" not in str(e.value) and newest in str(e.value)
+    state, w = _load(tmp_path)  # the root falls back to the previous complete checkpoint, saying so
+    assert state["step"] == 1 and w == 1.0
+    assert "resuming from" in capsys.readouterr().err
+
+
+def test_no_usable_checkpoint(tmp_path):
+    newest = _save(tmp_path, 1)
+    os.truncate(os.path.join(newest, "state.pt"), 10)
+    with pytest.raises(ck.CheckpointError, match="no usable checkpoint"):
+        _load(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        _load(tmp_path / "missing")
+
+
+def test_pickled_payload_is_never_executed(tmp_path):
+    marker = tmp_path / "PWNED"
+    step = tmp_path / "ck" / "step_00000001"
+    step.mkdir(parents=True)
+    # a state file with a valid manifest (the checksum cannot help here): refused by weights_only loading
+    torch.save({"model": {}, "evil": _Payload(str(marker))}, step / "state.pt")
+    ck._write_manifest(str(step), 1)
+    with pytest.raises(ck.CheckpointError, match="refused, never executed"):
+        _load(step)
+    # an FSDP2 loop-state file goes through the same reader
+    torch.save({"step": 1, "rng": _Payload(str(marker))}, tmp_path / "train_state_rank0.pt")
+    with pytest.raises(ck.CheckpointError):
+        ck.safe_load(str(tmp_path / "train_state_rank0.pt"))
+    # `spectrakit lipschitz --checkpoint` with a pickled model or payload
+    from spectrakit.cli import main
+
+    bad = tmp_path / "model.pt"
+    with open(bad, "wb") as f:
+        pickle.dump(_Payload(str(marker)), f)
+    assert main(["lipschitz", "--checkpoint", str(bad)]) == 2
+    torch.save(torch.nn.Linear(2, 2), tmp_path / "module.pt")
+    assert main(["lipschitz", "--checkpoint", str(tmp_path / "module.pt")]) == 2
+    assert not marker.exists()
+
+
+def test_lipschitz_loads_a_state_dict_and_a_checkpoint_folder(tmp_path, capsys):
+    from spectrakit.cli import main
+    from spectrakit.models.cnn import build_model
+
+    model = build_model("cnn-small")
+    torch.save(model.state_dict(), tmp_path / "sd.pt")
+    assert main(["lipschitz", "--checkpoint", str(tmp_path / "sd.pt"), "--iters", "5"]) == 0
+    ck.save_checkpoint(str(tmp_path / "ck"), model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                       step=3)
+    assert main(["lipschitz", "--checkpoint", str(tmp_path / "ck"), "--iters", "5"]) == 0
+
+
+def test_disk_full_keeps_previous_and_cleans_up(tmp_path, monkeypatch):
+    _save(tmp_path, 1)
+
+    def full(obj, path):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ck, "_save_file", full)
+    with pytest.raises(ck.CheckpointError, match="no space left on device") as e:
+        _save(tmp_path, 2)
+    assert str(tmp_path) in str(e.value) and "step_00000001" in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ["latest", "step_00000001"]  # no partial files
+    monkeypatch.undo()
+    assert _load(tmp_path)[0]["step"] == 1
+
+
+def test_leftover_temporary_files_are_cleaned(tmp_path):
+    _save(tmp_path, 1)
+    (tmp_path / ".tmp-step_00000002-999").mkdir()
+    (tmp_path / ".tmp-step_00000002-999" / "state.pt").write_bytes(b"x" * 1000)
+    (tmp_path / ".tmp-latest-999").write_text("step_00000002")
+    _save(tmp_path, 2)
+    assert sorted(os.listdir(tmp_path)) == ["latest", "step_00000001", "step_00000002"]
+
+
+SAVER = textwrap.dedent("""
+    import sys, torch
+    from spectrakit.train import checkpoint as ck
+    root = sys.argv[1]
+    m = torch.nn.Linear(256, 256)
+    opt = torch.optim.AdamW(m.parameters())
+    for step in range(1, 100000):
+        with torch.no_grad():
+            for p in m.parameters():
+                p.fill_(float(step))
+        ck.save_checkpoint(root, model=m, optimizer=opt, step=step, data_state={"position": step})
+        if step == 1:
+            print("ready", flush=True)
+""")
+
+
+def test_sigkill_during_saves_leaves_a_loadable_checkpoint(tmp_path):
+    rng = random.Random(0)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    for trial in range(10):
+        root = tmp_path / f"t{trial}"
+        proc = subprocess.Popen([sys.executable, "-c", SAVER, str(root)], stdout=subprocess.PIPE, env=env)
+        assert proc.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.kill()
+        proc.wait()
+        m = torch.nn.Linear(256, 256)
+        state = ck.load_checkpoint(str(root), model=m)
+        assert state["data"] == {"position": state["step"]} and float(m.weight[0, 0].detach()) == state["step"]
+        ck.clean(str(root))
+        assert not [n for n in os.listdir(root) if n.startswith(".tmp")]
+
+
+def test_graceful_stop_flag():
+    with interrupt.graceful():
+        assert interrupt.requested() is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert interrupt.requested() == signal.SIGTERM
+    assert interrupt.requested() is None
