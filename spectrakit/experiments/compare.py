@@ -478,6 +478,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue the runs in --out: finished runs are kept, unfinished ones resume from "
                         "their newest usable checkpoint")
+    parser.add_argument("--dist-timeout", type=float, default=300.0,
+                        help="seconds a collective may wait under torchrun before the job stops with an error")
     parser.add_argument("--force", action="store_true",
                         help="delete the previous results and runs in --out and start over")
 
@@ -511,6 +513,11 @@ def _resume_command(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _check_out_folder(args)
+    if args.dist_timeout <= 0:
+        from spectrakit._cliargs import UsageError
+
+        raise UsageError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
+    os.environ["SPECTRAKIT_DIST_TIMEOUT"] = str(args.dist_timeout)
     opts = dict(
         optimizers=tuple(args.optimizers),
         setting=args.setting,

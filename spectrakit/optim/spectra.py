@@ -289,8 +289,22 @@ class Spectra(torch.optim.Optimizer):
         return self.param_groups[0]["skipped_steps"]
 
     # ------------------------------------------------------------------ state dict
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Load a state dict; unlike ``torch.optim.Optimizer``, fp32 state of bf16/fp16 params stays fp32."""
+    def load_state_dict(self, state_dict: dict, *, allow_changes: bool = False) -> None:
+        """Load a state dict; unlike ``torch.optim.Optimizer``, fp32 state of bf16/fp16 params stays fp32.
+
+        A state whose groups use another ``base`` or ``post`` than this optimizer's (say a SpectraAdamW
+        checkpoint loaded into a SpectraSignum) raises ``ValueError`` instead of silently continuing as the
+        saved optimizer, unless ``allow_changes=True`` (the saved choice then wins, as in
+        ``torch.optim``). Loaded hyperparameters are validated like the constructor's arguments."""
+        saved_groups = state_dict.get("param_groups", [])
+        if not allow_changes:
+            for i, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
+                for key in ("base", "post"):
+                    if key in saved and saved[key] != mine[key]:
+                        raise ValueError(
+                            f"the state dict's param group {i} has {key}={saved[key]!r} but this optimizer "
+                            f"({type(self).__name__}) has {key}={mine[key]!r}; load it into the matching "
+                            f"optimizer, or pass allow_changes=True to continue with the saved {key}")
         saved_state = state_dict["state"]
         super().load_state_dict(state_dict)
         ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
@@ -303,6 +317,7 @@ class Spectra(torch.optim.Optimizer):
                 }
         for g in self.param_groups:
             g["skipped_steps"] = g["skipped_steps"].clone()
+            self._validate(g)
 
     # ------------------------------------------------------------------ the step
     def _finite_flag(self, grads: list[torch.Tensor]) -> torch.Tensor:

@@ -7,6 +7,7 @@ it delegates to :func:`spectrakit.distributed.wrap_model`.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 
 import torch
@@ -33,10 +34,17 @@ class DistInfo:
         return self.world_size > 1
 
 
-def setup(device: str | None = None) -> DistInfo:
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def setup(device: str | None = None, timeout_s: float | None = None) -> DistInfo:
     """Initialise the default process group when launched by ``torchrun`` (``WORLD_SIZE > 1``): NCCL on
     CUDA, Gloo on CPU; each process takes ``cuda:LOCAL_RANK``. Without ``torchrun`` returns a
-    single-process :class:`DistInfo` on ``device`` (default: CUDA if available, else CPU)."""
+    single-process :class:`DistInfo` on ``device`` (default: CUDA if available, else CPU).
+
+    ``timeout_s``: collective timeout (default :data:`DEFAULT_TIMEOUT_S` = 5 minutes, or
+    ``$SPECTRAKIT_DIST_TIMEOUT``); a stalled or dead rank then ends the job with an error instead of a
+    silent hang (PyTorch's own default is 30 minutes)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     if device is None:
@@ -46,7 +54,10 @@ def setup(device: str | None = None) -> DistInfo:
         dev = torch.device("cuda", local if world > 1 else (dev.index or 0))
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+        if timeout_s is None:
+            timeout_s = float(os.environ.get("SPECTRAKIT_DIST_TIMEOUT", DEFAULT_TIMEOUT_S))
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=timeout_s))
     return DistInfo(rank, world, local, dev)
 
 

@@ -118,3 +118,25 @@ def test_c_inf_turns_the_clip_off():
         spectra.step()
         plain.step()
     assert torch.equal(a.detach(), b.detach())
+
+
+def test_load_state_dict_checks_base_post_and_values():
+    a, b = _params(), _params()
+    src = O.SpectraAdamW(a)
+    for p in a:
+        p.grad = torch.randn_like(p)
+    src.step()
+    sd = src.state_dict()
+    with pytest.raises(ValueError, match="base='adamw'"):
+        O.SpectraSignum(b).load_state_dict(sd)
+    with pytest.raises(ValueError, match="post='none'"):
+        O.AdamW(b).load_state_dict(sd)
+    O.SpectraSignum(b).load_state_dict(sd, allow_changes=True)  # explicit override
+    bad = src.state_dict()
+    bad["param_groups"][0]["lr"] = -5.0
+    with pytest.raises(ValueError, match="lr"):
+        O.SpectraAdamW(_params()).load_state_dict(bad)
+    bad["param_groups"][0]["lr"] = 1e-3
+    bad["param_groups"][0]["post"] = "bogus"
+    with pytest.raises(ValueError, match="post"):
+        O.SpectraAdamW(_params()).load_state_dict(bad, allow_changes=True)

@@ -4,7 +4,6 @@ cleanup, SIGKILL during saves, graceful SIGINT and exact resume of `spectrakit c
 from __future__ import annotations
 
 import errno
-import json
 import os
 import pickle
 import random

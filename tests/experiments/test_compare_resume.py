@@ -1,0 +1,84 @@
+"""`spectrakit compare` interrupted (SIGINT) then resumed gives the same results as an uninterrupted run; an
+existing run folder is refused without --resume/--force."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from spectrakit.cli import main
+from spectrakit.train import diagnostics, interrupt
+
+ARGS = ["compare", "--optimizers", "adamw,spectra-adamw", "--tokenizer", "bytes", "--steps", "30",
+        "--batch-size", "2", "--seq-len", "16", "--eval-every", "10", "--eval-tokens", "64", "--diag-every", "5",
+        "--ckpt-every", "10", "--quiet", "--threads", "1"]
+SAME = ("optimizer", "seed", "lr", "val_loss", "val_ppl", "max_weight_sn", "max_update_sn", "agg_linf", "diverged")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SPECTRAKIT_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def _rows(out):
+    with open(os.path.join(out, "results.json")) as f:
+        data = json.load(f)
+    return [{k: r[k] for k in SAME} for r in data["rows"]], data["curves"]
+
+
+def test_interrupt_then_resume_equals_uninterrupted(tmp_path, monkeypatch, capsys):
+    straight = str(tmp_path / "straight")
+    assert main([*ARGS, "--out", straight]) == 0
+    # interrupted during the second optimizer's run, between two checkpoints (step 16 of 30)
+    original = diagnostics.SpectralDiagnostics.after_step
+    seen = {"runs": 0}
+
+    def after_step(self, ctx):
+        original(self, ctx)
+        if ctx.step == 0:
+            seen["runs"] += 1
+        if seen["runs"] == 2 and ctx.step == 15:
+            interrupt.request(signal.SIGINT)
+
+    monkeypatch.setattr(diagnostics.SpectralDiagnostics, "after_step", after_step)
+    part = str(tmp_path / "part")
+    assert main([*ARGS, "--out", part]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted at step 16" in err[0] and "--resume" in err[0]
+    rows, _ = _rows(part)  # the finished run's row is already written
+    assert [r["optimizer"] for r in rows] == ["adamw"]
+    monkeypatch.setattr(diagnostics.SpectralDiagnostics, "after_step", original)
+    assert main([*ARGS, "--out", part]) == 2  # refused without --resume / --force
+    assert "--resume" in capsys.readouterr().err
+    assert main([*ARGS, "--out", part, "--resume"]) == 0
+    assert _rows(part) == _rows(straight)
+    # the resumed run's log has each step once
+    with open(os.path.join(part, "spectra-adamw-s0", "metrics.jsonl")) as f:
+        steps = [json.loads(line)["step"] for line in f if '"loss"' in line]
+    assert steps == sorted(set(steps)) == list(range(10, 31, 10))
+    # --force starts over
+    assert main([*ARGS, "--out", part, "--force", "--optimizers", "adamw"]) == 0
+    assert sorted(n for n in os.listdir(part) if n.endswith("-s0")) == ["adamw-s0"]
+
+
+def test_real_sigint_prints_one_line_and_exits_130(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    args = [a if a != "30" else "400" for a in ARGS]
+    proc = subprocess.Popen([sys.executable, "-m", "spectrakit", *args, "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    latest = out / "adamw-s0" / "checkpoints" / "latest"
+    deadline = time.time() + 120
+    while not latest.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and "--resume" in lines[0], err
