@@ -32,7 +32,7 @@ from spectrakit.data.tokens import prepare, unigram_entropy
 from spectrakit.experiments.io import report
 from spectrakit.models.llama import PRESETS, Llama, preset_config
 from spectrakit.train import interrupt
-from spectrakit.train.checkpoint import candidates
+from spectrakit.train.checkpoint import candidates, prune
 from spectrakit.train.diagnostics import NoiseStructure, SpectralDiagnostics
 from spectrakit.train.distributed import PARALLEL_MODES, DistInfo, barrier, setup, teardown, wrap_model
 from spectrakit.train.loop import CHECKPOINTS, TrainConfig, train
@@ -339,6 +339,7 @@ def compare(*, on_row=None, **options) -> list[dict]:
                 row = _run_one(name, seed, opts, cfg, splits, out_dir, info, resume=resume)
                 if out_dir and info.is_main:
                     _write_row(out_dir, row)
+                    prune(os.path.join(out_dir, CHECKPOINTS), 1)  # a finished run keeps its final state only
                 rows.append(row)
             if on_row is not None and info.is_main:
                 on_row(_with_overheads(list(rows)))

@@ -248,9 +248,15 @@ def _publish(root: str, tmp_dir: str, step: int, keep: int) -> str:
         os.rename(tmp_dir, final)
     _fsync_dir(root)
     _write_text(os.path.join(root, LATEST), os.path.basename(final) + "\n")
-    for old in [d for d in step_dirs(root) if d != final][max(keep, 1) - 1:]:
-        shutil.rmtree(old, ignore_errors=True)
+    prune(root, keep)
     return final
+
+
+def prune(root: str, keep: int) -> None:
+    """Remove all but the current step directory and the ``keep - 1`` newest others."""
+    cur = latest(root)
+    for old in [d for d in step_dirs(root) if d != cur][max(keep, 1) - 1:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _failed_save(root: str, tmp_dir: str, e: OSError) -> CheckpointError:
