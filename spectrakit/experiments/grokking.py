@@ -20,6 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from spectrakit.experiments.io import table_row
 from spectrakit.manifold import ManifoldSGD, SpectralBall
 from spectrakit.models.mlp import MLP
 
@@ -105,7 +106,8 @@ def run(dualizers=tuple(DUALIZER_RUNS), seeds=(0,), width: int = 64, lr: float =
             r["seed"] = s
             rows.append(r)
             if verbose:
-                print({k: v for k, v in r.items() if k not in ("curve", "deltas")}, flush=True)
+                print(table_row({k: v for k, v in r.items() if k not in ("curve", "deltas")}, first=len(rows) == 1),
+                      flush=True)
     return rows
 
 

@@ -37,6 +37,16 @@ def invocation(subcommand: str, fallback: str) -> str:
     return fallback
 
 
+def table_row(row: dict[str, Any], first: bool = False) -> str:
+    """One markdown table row of ``row`` (preceded by the header lines when ``first``), for progress output
+    of experiments that report row by row."""
+    cols = list(row)
+    line = "| " + " | ".join(_fmt(row[c]) for c in cols) + " |"
+    if first:
+        return "| " + " | ".join(cols) + " |\n|" + "|".join("---" for _ in cols) + "|\n" + line
+    return line
+
+
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
     """Render a list of dicts as a GitHub markdown table (columns default to the union of keys, in order)."""
     if not rows:

@@ -18,6 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from spectrakit.experiments.io import table_row
 from spectrakit.manifold import ManifoldSGD, PSDCone, Spectrahedron, SpectralBall, Stiefel
 from spectrakit.models.mlp import MLP
 
@@ -75,7 +76,7 @@ def run(widths=DEFAULT_WIDTHS, lrs=DEFAULT_LRS, sets=SETS, steps: int = 32, seed
                        "seconds": time.perf_counter() - t0}
                 rows.append(row)
                 if verbose:
-                    print(row, flush=True)
+                    print(table_row(row, first=len(rows) == 1), flush=True)
     return rows
 
 
