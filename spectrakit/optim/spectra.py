@@ -41,7 +41,12 @@ Non-finite gradient policy: if ANY gradient of the step contains inf/nan, the wh
 (parameters, moments and per-parameter ``step`` counters unchanged) and every group's
 ``skipped_steps`` (0-d int64 tensor, saved in ``state_dict``) grows by one. This is decided by tensor
 arithmetic (``ok`` multiplies every state/parameter update), never by a Python ``if`` on a tensor.
-Non-finite entries of ``p.grad`` are not modified; the copies in the work tensor are zeroed.
+Non-finite entries of ``p.grad`` are not modified; the copies in the work tensor are zeroed. Overflow policy:
+with a second-moment base (AdamW, AdEMAMix, MARS) a gradient entry whose square overflows the state dtype
+(``|g| >= ~1.8e19`` in fp32) would overflow the second moments to inf, so such a step is skipped and
+counted in ``skipped_steps`` the same way (the check squares the per-tensor extremes, no extra pass);
+the work copy of a skipped step is multiplied by ``ok = 0``, so huge finite entries never reach the
+states as ``0 * inf``.
 
 Extra memory per step: one fp32 work tensor per batch plus the post-transform's temporaries (the default
 fast soft clip overwrites the work tensor and adds only ``4 min(m, n)^2`` elements per matrix, see
@@ -53,6 +58,7 @@ another cap). Parameters are never cloned.
 
 from __future__ import annotations
 
+import math
 from itertools import chain
 
 import torch
@@ -74,6 +80,31 @@ _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torc
 # Floor of the default batch budget (elements, 4 MiB in fp32): below it the per-batch overhead dominates
 # and the extra memory is negligible, so small parameters are never split into more batches.
 MIN_BATCH_NUMEL = 2**20
+
+
+# bases whose states hold squared gradients (second moments): their steps also need finite squares
+_SQUARING_BASES = frozenset({"adamw", "ademamix", "mars"})
+# keys torch.optim or this module add to a param group besides the hyperparameters
+_GROUP_INTERNAL_KEYS = frozenset({"params", "param_names", "initial_lr", "steps_taken", "skipped_steps"})
+
+
+def check_group_keys(group: dict, accepted: set) -> None:
+    """Reject unknown keys of a param-group dict with TypeError, as unknown keyword arguments are."""
+    unknown = set(group) - set(accepted) - _GROUP_INTERNAL_KEYS
+    if unknown:
+        raise TypeError(f"unknown keys {sorted(unknown)} in a param group; accepted: {sorted(accepted)}")
+
+
+def check_finite_hyperparameters(group: dict) -> None:
+    """Reject non-finite numeric hyperparameters of a param group (``lr``, ``weight_decay``, ``c``, ``betas``,
+    ``eps``, ...) with ValueError naming the argument (a tuple is checked entry by entry)."""
+    for key, value in group.items():
+        if key in _GROUP_INTERNAL_KEYS:
+            continue
+        vals = value if isinstance(value, (tuple, list)) else (value,)
+        for v in vals:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v):
+                raise ValueError(f"{key} must be a finite number, got {value!r}")
 
 
 class Spectra(torch.optim.Optimizer):
@@ -189,6 +220,7 @@ class Spectra(torch.optim.Optimizer):
         """Add a param group; fills the defaults of the group's own base and validates every value."""
         base = param_group.get("base", self.defaults["base"])
         check_choice(base, "base", BASES)
+        check_group_keys(param_group, set(self.defaults) | set(BASES[base].defaults))
         for key, value in BASES[base].defaults.items():
             if base != self.defaults["base"]:
                 param_group.setdefault(key, value)
@@ -228,6 +260,7 @@ class Spectra(torch.optim.Optimizer):
 
     @staticmethod
     def _validate(group: dict) -> None:
+        check_finite_hyperparameters(group)
         check_choice(group["post"], "post", POST_TRANSFORMS)
         check_choice(group["pre"], "pre", PRE_TRANSFORMS)
         check_scalar(group["lr"], "lr", low=0.0, allow_tensor=False)
@@ -274,7 +307,9 @@ class Spectra(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------ the step
     def _finite_flag(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        """0-d fp32 tensor: 1.0 if every gradient is finite, else 0.0 (one fused reduction per device)."""
+        """0-d fp32 tensor: 1.0 if every gradient is finite (and, with a second-moment base, its entries'
+        squares do not overflow the state dtype: ``|g| < ~1.8e19`` in fp32), else 0.0 (one fused reduction per
+        device)."""
         by_device: dict[torch.device, list[torch.Tensor]] = {}
         for g in grads:
             by_device.setdefault(g.device, []).append(g)
@@ -298,8 +333,15 @@ class Spectra(torch.optim.Optimizer):
         entry is: NaN propagates, +-inf is the max/min), about 10x faster there than the unvectorised
         inf-norm."""
         if self._per_tensor(grads[0].device):
-            return torch.stack([x for g in grads for x in torch.aminmax(g)]).isfinite().all()
-        return torch.stack(torch._foreach_norm(grads, float("inf"))).isfinite().all()
+            ext = [x for g in grads for x in torch.aminmax(g)]
+        else:
+            ext = list(torch._foreach_norm(grads, float("inf")))
+        ext = torch.stack([x.double() if x.dtype == torch.float64 else x.float() for x in ext])
+        if any(g["base"] in _SQUARING_BASES for g in self.param_groups):
+            # overflow policy: the squares must be finite in the state dtype (fp32; fp64 for fp64 gradients),
+            # else the second moments overflow to inf: such a step is skipped like a non-finite one
+            ext = ext.square()
+        return ext.isfinite().all()
 
     def _batches(self, group: dict):
         """Split a group's parameters with gradients into batches: (kind, shape, params).
@@ -436,6 +478,10 @@ class Spectra(torch.optim.Optimizer):
             for group in self.param_groups:
                 group["steps_taken"] += 1
             return loss
+        for g in grads:
+            if g.layout != torch.strided:
+                raise ValueError(f"sparse gradients are not supported (got layout {g.layout}); use dense "
+                                 "gradients, e.g. nn.Embedding(..., sparse=False)")
         ok = self._finite_flag(grads)
         skipped = (1 - ok).to(torch.int64)
         for group in self.param_groups:
@@ -481,15 +527,16 @@ class Spectra(torch.optim.Optimizer):
             load = store = None
             if chain and all(g.dtype == wdt for g in grads):
 
-                def load(i, views=views, grads=grads):
-                    torch.nan_to_num(grads[i], 0.0, 0.0, 0.0, out=views[i])
+                def load(i, views=views, grads=grads, ok_d=ok_d):
+                    torch.nan_to_num(grads[i], 0.0, 0.0, 0.0, out=views[i]).mul_(ok_d)
 
             elif per_tensor and all(g.dtype == wdt for g in grads):  # finite work copy: one fused pass
                 for v, g in zip(views, grads):
-                    torch.nan_to_num(g, 0.0, 0.0, 0.0, out=v)
+                    torch.nan_to_num(g, 0.0, 0.0, 0.0, out=v).mul_(ok_d)
             else:
                 torch._foreach_copy_(views, grads)
                 buf.nan_to_num_(0.0, 0.0, 0.0)  # the step is cancelled by ok = 0 anyway
+                buf.mul_(ok_d)  # a skipped step sees a zero gradient: huge finite entries cannot overflow 0 * inf
             if chain and identity:
                 decay = 1 - lr_wd * ok_d if lr_wd != 0 else None
 
