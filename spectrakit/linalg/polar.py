@@ -125,7 +125,8 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
     - ``"newton_schulz"``: the cubic ``(1.5, -0.5)``, 12 steps by default (slow start on small values).
     - ``"exact"``: float64 SVD, ``U diag(s > tol) V^T`` (numerically zero singular values map to 0).
 
-    Zero singular values always map to 0 (the direction is undefined), so ``msign(0) = 0``.
+    Zero singular values always map to 0 (the direction is undefined), so ``msign(0) = 0`` (with a finite,
+    zero gradient there). Scale-invariant: any finite input scale, subnormal (1e-40 entries in fp32) to ~1e38.
 
     Args:
         X: ``(..., m, n)`` floating tensor, finite.
