@@ -72,3 +72,13 @@ def test_huge_finite_gradient_below_overflow_not_skipped():
     p.grad = torch.full_like(p, 1e18)  # square 1e36 fits in fp32
     opt.step()
     assert int(opt.skipped_steps) == 0 and torch.isfinite(p).all()
+
+
+def test_manifold_sgd_group_validation():
+    from spectrakit.manifold import ManifoldSGD, Stiefel
+
+    p = torch.nn.Parameter(torch.linalg.qr(torch.randn(6, 4))[0])
+    with pytest.raises(TypeError, match="lrr"):
+        ManifoldSGD([{"params": [p], "lrr": 0.1}], manifold=Stiefel(), lr=0.1)
+    with pytest.raises(ValueError, match="weight_decay"):
+        ManifoldSGD([p], manifold=Stiefel(), lr=0.1, weight_decay=math.inf)
