@@ -76,8 +76,13 @@ def frob(x: torch.Tensor) -> torch.Tensor:
     """Frobenius norm over the last two dims, keepdim (shape ``(..., 1, 1)``), computed in >= fp32."""
     xf = x if x.dtype == torch.float64 else x.float()
     # scale by the largest entry first: no overflow/underflow of the squares for huge/tiny inputs
-    amax = xf.abs().amax(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(xf.dtype).tiny)
-    return (amax * torch.linalg.matrix_norm(xf / amax, keepdim=True)).to(x.dtype)
+    amax = xf.abs().amax(dim=(-2, -1), keepdim=True)
+    amax = torch.where(amax > 0, amax, torch.ones_like(amax))  # subnormal maxima are kept (exact division)
+    y = xf / amax
+    # sum of squares >= 1 for nonzero input (the largest entry of y is 1): the floor only acts on the zero
+    # matrix, where it makes the gradient 0 (the subgradient chosen there) instead of sqrt'(0) * 0 = nan
+    ss = (y * y).sum(dim=(-2, -1), keepdim=True).clamp_min(0.25)
+    return (amax * ss.sqrt()).to(x.dtype)
 
 
 def threshold(value, name: str, x: torch.Tensor, dtype: torch.dtype, *, low=None, low_inclusive=True,

@@ -16,7 +16,9 @@ def spectral_norm(W: torch.Tensor, *, iters: int = 20, v0: torch.Tensor | None =
     ``v <- W^T W v / ||W^T W v||`` for ``iters`` steps from ``v0`` (warm start) or a fixed pseudo-random
     start; returns ``(||W v||, v)``. The estimate is a lower bound of ``sigma_max`` that converges like
     ``(s_2 / s_1)^(2 iters)``; pass the returned ``v`` as ``v0`` next time (weights change slowly).
-    Computed in at least float32; no host sync. Exact reference: ``torch.linalg.matrix_norm(W, ord=2)``.
+    Computed in at least float32 on ``W / max|W|`` (the value is rescaled), so the result is relative-accurate
+    for every finite input scale, subnormal (1e-40 entries) to ~1e38; no host sync. Exact reference:
+    ``torch.linalg.matrix_norm(W, ord=2)``.
 
     Args:
         W: ``(..., m, n)`` floating tensor (finite).
@@ -34,6 +36,9 @@ def spectral_norm(W: torch.Tensor, *, iters: int = 20, v0: torch.Tensor | None =
     check_int(iters, "iters", low=0, high=10000)
     work = torch.float64 if W.dtype == torch.float64 else torch.float32
     w = W.to(work)
+    # scale-free: iterate on W / max|W| (no overflow of W^T W v, no underflow to 0), undo on the value
+    amax = w.abs().amax(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(work).tiny)
+    w = w / amax
     n = W.shape[-1]
     if v0 is None:
         gen = torch.Generator(device=W.device)
@@ -51,7 +56,7 @@ def spectral_norm(W: torch.Tensor, *, iters: int = 20, v0: torch.Tensor | None =
         u = (w @ v[..., None])
         v = (mT(w) @ u)[..., 0]
         v = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True).clamp_min(tiny)
-    value = torch.linalg.vector_norm((w @ v[..., None])[..., 0], dim=-1)
+    value = torch.linalg.vector_norm((w @ v[..., None])[..., 0], dim=-1) * amax[..., 0, 0]
     return value.to(W.dtype), v.to(W.dtype)
 
 

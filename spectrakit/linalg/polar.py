@@ -14,7 +14,7 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, check_tensor
 
-from ._util import compute_dtype, flush_tiny, frob, mT, tiny_for
+from ._util import compute_dtype, flush_tiny, frob, mT
 from .schedules import BF16_SAFETY, BF16_SWITCH, SAFETY, SCHEDULES, bf16_fp32_steps, polar_express_coeffs, steps_for
 
 
@@ -44,12 +44,12 @@ def normalized_start(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     Frobenius pre-scaling avoids overflow of ``A^2``; the final scale ``||A^2||_F^(1/4)`` is tighter
     (``<= m^(1/8) sigma_max``). Zero input stays zero (norms are floored, never divided by zero).
     """
-    tiny = tiny_for(x.dtype)
-    x0 = x / frob(x).clamp_min(tiny)
+    # floor at the smallest normal number (not tiny_for's 1e-30): subnormal inputs are normalised too
+    x0 = x / frob(x).clamp_min(torch.finfo(x.dtype).tiny)
     a = x0 @ mT(x0)
     a2 = a @ a
     # >= sigma_max(x0)^2 >= 1/m for nonzero x0 (||x0||_F = 1): the floor only acts on zero input
-    s2 = frob(a2).sqrt().clamp_min(0.25 / x.shape[-2])
+    s2 = frob(a2).clamp_min((0.25 / x.shape[-2]) ** 2).sqrt()  # floor before sqrt: finite gradient at 0
     return x0 / s2.sqrt(), a / s2, a2 / (s2 * s2)
 
 
@@ -125,7 +125,8 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
     - ``"newton_schulz"``: the cubic ``(1.5, -0.5)``, 12 steps by default (slow start on small values).
     - ``"exact"``: float64 SVD, ``U diag(s > tol) V^T`` (numerically zero singular values map to 0).
 
-    Zero singular values always map to 0 (the direction is undefined), so ``msign(0) = 0``.
+    Zero singular values always map to 0 (the direction is undefined), so ``msign(0) = 0`` (with a finite,
+    zero gradient there). Scale-invariant: any finite input scale, subnormal (1e-40 entries in fp32) to ~1e38.
 
     Args:
         X: ``(..., m, n)`` floating tensor, finite.

@@ -62,7 +62,11 @@ class ManifoldSGD(torch.optim.Optimizer):
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group (validated like the constructor's arguments; not retracted automatically)."""
+        from spectrakit.optim.spectra import check_finite_hyperparameters, check_group_keys
+
+        check_group_keys(param_group, set(self.defaults))
         super().add_param_group(param_group)
+        check_finite_hyperparameters(self.param_groups[-1])
         self._check_group(self.param_groups[-1])
 
     @staticmethod

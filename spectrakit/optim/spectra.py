@@ -88,6 +88,26 @@ GROUP_EXTRA_KEYS = frozenset({"params", "initial_lr", "max_lr", "min_lr", "base_
 # (the second moments of AdamW-like bases) would overflow float32, and the moments would stay inf.
 GRAD_BOUND = 1e18
 
+def check_group_keys(group: dict, accepted: set) -> None:
+    """Reject keys of a param-group dict that are neither in ``accepted`` nor among
+    :data:`GROUP_EXTRA_KEYS` with ``TypeError``, as unknown keyword arguments are."""
+    unknown = set(group) - set(accepted) - GROUP_EXTRA_KEYS
+    if unknown:
+        raise TypeError(f"unknown keys {sorted(unknown)} in a param group; accepted: "
+                        f"{sorted((set(accepted) | {'params'}) - INTERNAL_KEYS)}")
+
+
+def check_finite_hyperparameters(group: dict, allow_inf=("c", "pre_c")) -> None:
+    """Reject non-finite numbers (entries of tuples too) among a group's hyperparameters with ``ValueError``
+    naming the argument; the keys in ``allow_inf`` may be ``+inf`` (a clip that is off)."""
+    for key, value in group.items():
+        if key == "params":
+            continue
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(v, float) and not math.isfinite(v) and not (key in allow_inf and v == math.inf):
+                raise ValueError(f"{key} must be a finite number, got {value}")
+
+
 class Spectra(torch.optim.Optimizer):
     r"""One update pipeline for SPECTRA, Muon and the plain optimizers (seed 000 Alg. 2).
 
@@ -205,12 +225,7 @@ class Spectra(torch.optim.Optimizer):
         arguments: a misspelled ``betaz`` is an error, not silently ignored)."""
         base = param_group.get("base", self.defaults["base"])
         check_choice(base, "base", BASES)
-        unknown = set(param_group) - set(self.defaults) - set(BASES[base].defaults) - GROUP_EXTRA_KEYS
-        if unknown:
-            raise TypeError(
-                f"unknown keys {sorted(unknown)} in a param group for base={base!r}; accepted: "
-                f"{sorted((set(self.defaults) | set(BASES[base].defaults) | {'params'}) - INTERNAL_KEYS)}"
-            )
+        check_group_keys(param_group, set(self.defaults) | set(BASES[base].defaults))
         for key, value in BASES[base].defaults.items():
             if base != self.defaults["base"]:
                 param_group.setdefault(key, value)
@@ -253,13 +268,7 @@ class Spectra(torch.optim.Optimizer):
         """Check every hyperparameter of ``group`` (the constructor, ``add_param_group`` and
         ``load_state_dict`` use it); numbers must be finite except ``c`` and ``pre_c``, whose ``inf``
         turns that clip off."""
-        for key, value in group.items():
-            if key in ("c", "pre_c", "params"):
-                continue
-            values = value if isinstance(value, (tuple, list)) else (value,)
-            for v in values:
-                if isinstance(v, float) and not math.isfinite(v):
-                    raise ValueError(f"{key} must be a finite number, got {value}")
+        check_finite_hyperparameters(group)
         check_choice(group["post"], "post", POST_TRANSFORMS)
         check_choice(group["pre"], "pre", PRE_TRANSFORMS)
         check_scalar(group["lr"], "lr", low=0.0, allow_tensor=False)
