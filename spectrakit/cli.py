@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lipschitz": ("spectrakit.conv.report", "per-layer spectral-norm bounds and Lipschitz bound of a model"),
     "data": ("spectrakit.data.cli", "prepare offline corpora (`data prepare NAME`, `data list`)"),
     "plot": ("spectrakit.train.plots", "plot logs and spectral diagnostics of a training run"),
+    "report": ("spectrakit.experiments.results_table",
+               "print a results.json as a table, or update the marked table in README/docs from it"),
 }
 
 

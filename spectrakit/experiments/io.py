@@ -90,7 +90,8 @@ def report(name: str, rows: list[dict[str, Any]], out_dir: str | None, *, comman
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "results.json"), "w") as f:
-            json.dump({"name": name, "env": env, "command": command, "rows": rows, **(extra or {})}, f,
+            json.dump({"name": name, "env": env, "command": command, "rows": rows,
+                       "columns": list(columns) if columns else None, **(extra or {})}, f,
                       indent=1, default=str)
         with open(os.path.join(out_dir, "results.md"), "w") as f:
             f.write(text)

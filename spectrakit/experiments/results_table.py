@@ -1,0 +1,62 @@
+"""Print the result table of a results.json, or write it into a markdown file between marker comments.
+
+`spectrakit report runs/compare/results.json` prints the table; `--into README.md` replaces the text between
+`<!-- results:NAME -->` and `<!-- /results:NAME -->` in that file (NAME: --name, default the results folder's
+name, e.g. compare), so README and docs tables come from one results.json and cannot drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+
+from spectrakit._cliargs import UsageError
+from spectrakit.experiments.io import markdown_table
+
+
+def render(results: dict, columns: list[str] | None = None) -> str:
+    """The table of a ``results.json`` (as written by every command), with its device/date/command line."""
+    env = results.get("env", {})
+    head = f"device: {env.get('device', '?')} · torch {env.get('torch', '?')} · {env.get('date', '?')}"
+    if results.get("command"):
+        head += f" · command: `{results['command']}`"
+    if "wall_s" in results:
+        head += f" · wall time {results['wall_s']:.0f} s"
+    return head + "\n\n" + markdown_table(results.get("rows", []), columns) + "\n"
+
+
+def replace_block(text: str, name: str, block: str) -> str:
+    """``text`` with the part between ``<!-- results:name -->`` and ``<!-- /results:name -->`` replaced."""
+    pattern = re.compile(rf"(<!-- results:{re.escape(name)} -->\n).*?(<!-- /results:{re.escape(name)} -->)", re.S)
+    if not pattern.search(text):
+        raise UsageError(f"--into: no '<!-- results:{name} -->' ... '<!-- /results:{name} -->' markers found")
+    return pattern.sub(lambda m: m.group(1) + block + m.group(2), text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", help="a results.json written by compare, ops or an experiment")
+    parser.add_argument("--into", default=None, help="markdown file whose marked block is replaced (default: print)")
+    parser.add_argument("--name", default=None, help="marker name (default: the results folder's name)")
+    parser.add_argument("--columns", default=None, help="comma-separated columns (default: all, in order)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        with open(args.results) as f:
+            results = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise UsageError(f"results {args.results}: cannot read it as JSON ({e})") from None
+    columns = [c.strip() for c in args.columns.split(",")] if args.columns else results.get("columns")
+    block = render(results, columns)
+    if not args.into:
+        print(block, end="")
+        return 0
+    name = args.name or os.path.basename(os.path.dirname(os.path.abspath(args.results)))
+    with open(args.into) as f:
+        text = f.read()
+    with open(args.into, "w") as f:
+        f.write(replace_block(text, name, block))
+    print(f"updated the '{name}' table in {args.into}")
+    return 0
