@@ -194,3 +194,34 @@ def test_graceful_stop_flag():
         time.sleep(0.05)
         assert interrupt.requested() == signal.SIGTERM
     assert interrupt.requested() is None
+
+
+FSDP_SAVER = textwrap.dedent("""
+    import sys
+    from spectrakit.distributed import run_workers
+    run_workers(sys.argv[1] + ":saver", 2, args=(sys.argv[2],), timeout=600)
+""")
+
+
+@pytest.mark.distributed
+def test_sigkill_of_both_fsdp2_ranks_during_saves(tmp_path):
+    """Kill the whole 2-rank FSDP2 job at random moments while it writes sharded checkpoints: the newest
+    complete checkpoint always loads on 2 fresh ranks, with model, optimizer and loop state of one step."""
+    from spectrakit.distributed import run_workers
+
+    workers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_kill_workers.py")
+    rng = random.Random(1)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    for trial in range(5):
+        root = tmp_path / f"t{trial}"
+        proc = subprocess.Popen([sys.executable, "-c", FSDP_SAVER, workers, str(root)], stdout=subprocess.PIPE,
+                                env=env, start_new_session=True)
+        assert proc.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.0, 1.0))
+        os.killpg(proc.pid, signal.SIGKILL)  # both ranks and their launcher at once
+        proc.wait()
+        res = run_workers(workers + ":loader", 2, args=(str(root),), timeout=120)
+        for r in res:
+            assert r["step"] >= 1 and r["data"] == {"position": r["step"]}
+            assert r["values"] == [float(r["step"])]  # every shard of the model is from that step
+        assert res[0]["step"] == res[1]["step"]
