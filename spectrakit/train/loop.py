@@ -307,6 +307,8 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         step += 1
         window_steps += 1
+        if bar is not None:
+            bar.update(1)  # host-side only: the bar moves from the first step
         if step % cfg.log_every == 0 or step == cfg.steps:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -326,7 +328,6 @@ def train(
                 }
             )
             if bar is not None:
-                bar.update(window_steps)
                 bar.set_postfix(loss=f"{loss_v:.3f}", tok_s=f"{tokens_per_step / (ms / 1e3):,.0f}")
             if lines is not None:
                 lines.update(step, loss_v, tokens_per_step / (ms / 1e3))
