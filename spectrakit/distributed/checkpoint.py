@@ -11,10 +11,53 @@ The model/optimizer state-dict conversion uses ``torch.distributed.checkpoint.st
 from __future__ import annotations
 
 import os
+import pickle
 
 import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._nested_dict import set_element
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+# What DCP's ``.metadata`` pickle may reference: DCP's own metadata classes and a few torch/pathlib types.
+_METADATA_GLOBALS = {("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"),
+                     ("torch", "Size"), ("torch.serialization", "_get_layout")}
+_METADATA_MODULES = ("torch.distributed.checkpoint.",)
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        dtype = module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        if (module, name) in _METADATA_GLOBALS or module.startswith(_METADATA_MODULES) or dtype:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in checkpoint metadata")
+
+
+def check_metadata(path: str | os.PathLike) -> None:
+    """Refuse a DCP directory whose ``.metadata`` pickle references anything but DCP's metadata classes and
+    torch sizes/dtypes: ``torch.distributed.checkpoint`` reads that file with plain ``pickle.load``, so it is
+    checked first with a restricted unpickler (nothing outside the allow-list is imported or called)."""
+    meta = os.path.join(os.fspath(path), ".metadata")
+    if not os.path.isfile(meta):
+        return
+    try:
+        with open(meta, "rb") as f:
+            _MetadataUnpickler(f).load()
+    except Exception as e:  # UnpicklingError, EOFError, ...
+        raise ValueError(f"cannot load {meta}: {e} (refused, never executed)") from None
+
+
+class _SafeLoadPlanner(DefaultLoadPlanner):
+    """DCP's default load planner, but non-tensor entries are read with ``torch.load(weights_only=True)``
+    (the default reads them with ``weights_only=False``, which can execute code)."""
+
+    def load_bytes(self, read_item, value) -> None:
+        obj = torch.load(value, weights_only=True)
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = obj
 
 
 def _check(model, optimizer, path):
@@ -58,13 +101,23 @@ def load_checkpoint(path: str | os.PathLike, model: torch.nn.Module, optimizer: 
         the loaded ``extra`` dict.
 
     Raises:
-        TypeError: wrong argument types. FileNotFoundError: ``path`` does not exist.
+        TypeError: wrong argument types. FileNotFoundError: ``path`` does not exist. ValueError: the
+        metadata references Python objects other than DCP's (refused, never executed); non-tensor entries
+        are read with ``weights_only=True``.
     """
     _check(model, optimizer, path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"path {os.fspath(path)!r} is not a checkpoint directory")
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd, "extra": dict(extra or {})}
-    dcp.load(state, checkpoint_id=os.fspath(path))
+    check_metadata(path)
+    try:
+        dcp.load(state, checkpoint_id=os.fspath(path), planner=_SafeLoadPlanner())
+    except (Exception, CheckpointException) as e:  # DCP wraps every rank's error (a BaseException subclass)
+        causes = [str(e), *(str(f) for f in getattr(e, "failures", {}).values())]
+        if any("Weights only load failed" in c for c in causes):
+            raise ValueError(f"cannot load {os.fspath(path)}: a non-tensor entry holds Python objects other than "
+                             "plain containers (refused, never executed)") from None
+        raise
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     return state["extra"]

@@ -225,3 +225,22 @@ def test_sigkill_of_both_fsdp2_ranks_during_saves(tmp_path):
             assert r["step"] >= 1 and r["data"] == {"position": r["step"]}
             assert r["values"] == [float(r["step"])]  # every shard of the model is from that step
         assert res[0]["step"] == res[1]["step"]
+
+
+def test_dcp_payloads_are_never_executed(tmp_path):
+    """FSDP2 checkpoints go through torch.distributed.checkpoint, which unpickles its metadata and non-tensor
+    entries freely: both are checked / read with weights_only first."""
+    from spectrakit.distributed import load_checkpoint, save_checkpoint
+
+    marker = tmp_path / "PWNED"
+    m = torch.nn.Linear(3, 3)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    save_checkpoint(tmp_path / "a", m, opt, extra={"note": _Payload(str(marker))})  # a non-tensor entry
+    with pytest.raises(Exception, match="weights_only|Unsupported|refused"):
+        load_checkpoint(tmp_path / "a", m, opt, extra={"note": None})
+    save_checkpoint(tmp_path / "b", m, opt)
+    with open(tmp_path / "b" / ".metadata", "wb") as f:
+        pickle.dump(_Payload(str(marker)), f)
+    with pytest.raises(ValueError, match="refused, never executed"):
+        load_checkpoint(tmp_path / "b", m, opt)
+    assert not marker.exists()
