@@ -103,8 +103,9 @@ def grid(optimizers, lrs, seeds, cs=()) -> list[dict]:
         if not (lr > 0 and math.isfinite(lr)):
             raise ValueError(f"lrs must be finite and > 0, got {lr!r}")
     for c in cs:
-        if not c > 0:
-            raise ValueError(f"cs must be > 0 (inf allowed), got {c!r}")
+        if not (c > 0 and math.isfinite(c)):
+            raise ValueError(f"cs must be finite and > 0, got {c!r} (for no clipping, c = inf, sweep the base "
+                             "optimizer, e.g. adamw next to spectra-adamw)")
     points = []
     for name in optimizers:
         check_choice(name, "optimizers", OPTIMIZERS)
@@ -219,11 +220,10 @@ def plot(result: dict, out_dir: str) -> list[str]:
         fig, ax = plt.subplots(figsize=(6, 4))
         for name in dict.fromkeys(b["optimizer"] for b in swept):
             bs = sorted((b for b in swept if b["optimizer"] == name), key=lambda b: b["c"])
-            xs = [b["c"] if math.isfinite(b["c"]) else 1e4 for b in bs]
-            ax.errorbar(xs, [b["val_loss_mean"] for b in bs], yerr=[b["val_loss_std"] for b in bs],
+            ax.errorbar([b["c"] for b in bs], [b["val_loss_mean"] for b in bs], yerr=[b["val_loss_std"] for b in bs],
                         marker="o", capsize=3, label=name)
         ax.set_xscale("log")
-        ax.set_xlabel("clip threshold c (1e4 = inf)")
+        ax.set_xlabel("clip threshold c")
         ax.set_ylabel("validation loss at the best LR")
         ax.grid(alpha=0.3)
         ax.legend()
@@ -238,8 +238,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cmp.add_arguments(parser)
     parser.set_defaults(out="runs/sweep")
     parser.add_argument("--lrs", required=True, help="comma-separated peak LRs (the --lr of each point)")
-    parser.add_argument("--cs", default="", help="comma-separated SPECTRA clip thresholds c (inf allowed) to "
-                        "sweep for SPECTRA optimizers (default: --c only)")
+    parser.add_argument("--cs", default="", help="comma-separated SPECTRA clip thresholds c (> 0, finite) to "
+                        "sweep for SPECTRA optimizers (default: --c only); c = inf is the base optimizer")
     parser.add_argument("--tol", type=float, default=0.05,
                         help="report the LR range within this many nats of the best mean validation loss")
 

@@ -79,16 +79,18 @@ def test_select_best_ignores_diverged_and_reports_tolerance_range():
 
 
 def test_grid_sweeps_c_only_for_spectra_optimizers_and_validates():
-    pts = sw.grid(("adamw", "spectra-adamw"), (1e-3, 1e-2), (0, 1), cs=(1.0, math.inf))
+    pts = sw.grid(("adamw", "spectra-adamw"), (1e-3, 1e-2), (0, 1), cs=(1.0, 30.0))
     assert len(pts) == 2 * 2 + 2 * 2 * 2
     assert {p["c"] for p in pts if p["optimizer"] == "adamw"} == {None}
-    assert sw.run_name(pts[-1]) == "spectra-adamw-cinf-lr0.01-s1"
+    assert sw.run_name(pts[-1]) == "spectra-adamw-c30-lr0.01-s1"
     with pytest.raises(ValueError, match="lrs"):
         sw.grid(("adamw",), (0.0,), (0,))
     with pytest.raises(ValueError, match="optimizers"):
         sw.grid(("nope",), (1e-3,), (0,))
     with pytest.raises(ValueError, match="cs"):
         sw.grid(("spectra-adamw",), (1e-3,), (0,), cs=(-1.0,))
+    with pytest.raises(ValueError, match="base optimizer"):
+        sw.grid(("spectra-adamw",), (1e-3,), (0,), cs=(math.inf,))
 
 
 def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch, capsys):
