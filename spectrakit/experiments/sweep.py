@@ -5,7 +5,7 @@ own folder under ``--out``; a finished point (its ``run.json`` complete) is skip
 again. Per optimizer the best LR minimises the mean validation loss over seeds (diverged points are kept in
 the table but never chosen), as in the tuned comparisons of Jiang, Semenov and Stich (2026, §6.2, Fig. 2-3,
 Table 3). Writes ``sweep.json``, ``sweep.md``, the LR-sensitivity plot (validation loss vs LR), the loss
-curves at the best LRs and, with ``--cs``, validation loss vs SPECTRA's clip threshold ``c``.
+curves and weight norms at the best LRs and, with ``--cs``, validation loss vs SPECTRA's clip threshold ``c``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 
 from spectrakit._checks import check_choice
@@ -93,6 +94,23 @@ def select_best(points: list[dict], tol: float = 0.05) -> list[dict]:
     return out
 
 
+def differences(best: list[dict]) -> list[dict]:
+    """Each SPECTRA optimizer at its best LR minus its base optimizer at the base's best LR:
+    ``delta = mean_spectra - mean_base`` (negative: SPECTRA is better) with the combined seed spread
+    ``sqrt(std_spectra^2 + std_base^2)``; one row per tuned ``(optimizer, c)`` whose base was swept."""
+    base_best = {b["optimizer"]: b for b in best if b["c"] is None}
+    out = []
+    for b in best:
+        spec = OPTIMIZERS.get(b["optimizer"])
+        ref = base_best.get(spec.base) if spec is not None and spec.base else None
+        if ref is None:
+            continue
+        out.append({"optimizer": b["optimizer"], "c": b["c"], "base": spec.base,
+                    "delta_val_loss": b["val_loss_mean"] - ref["val_loss_mean"],
+                    "spread": math.hypot(b["val_loss_std"], ref["val_loss_std"])})
+    return out
+
+
 # ----------------------------------------------------------------------------- runs
 def grid(optimizers, lrs, seeds, cs=()) -> list[dict]:
     """The sweep points: every optimizer x LR x seed, and x ``c`` for SPECTRA optimizers when ``cs`` is given
@@ -152,8 +170,8 @@ def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, **options) 
     """Run (or skip when finished) every grid point; ``options`` are :class:`CompareOptions` fields
     (``optimizers`` and ``seeds`` span the grid, ``lr``/``c``/``out`` are set per point).
 
-    Returns ``{"rows", "points", "best", "ran", "skipped"}``: run rows, :func:`grid_table`,
-    :func:`select_best` and the names of the points trained now and skipped.
+    Returns ``{"rows", "points", "best", "differences", "ran", "skipped"}``: run rows, :func:`grid_table`,
+    :func:`select_best`, :func:`differences` and the names of the points trained now and skipped.
     """
     names = tuple(options.pop("optimizers", cmp.CompareOptions.optimizers))
     seeds = tuple(options.pop("seeds", cmp.CompareOptions.seeds))
@@ -172,14 +190,17 @@ def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, **options) 
             skipped.append(run_name(point))
         rows.append(row)
     points = grid_table(rows)
-    return {"rows": rows, "points": points, "best": select_best(points, tol), "ran": ran, "skipped": skipped}
+    best = select_best(points, tol)
+    return {"rows": rows, "points": points, "best": best, "differences": differences(best), "ran": ran,
+            "skipped": skipped}
 
 
 # ----------------------------------------------------------------------------- plots and report
 def plot(result: dict, out_dir: str) -> list[str]:
     """Save ``lr_sensitivity.png`` (mean validation loss vs LR per optimizer, error bars = std over seeds,
-    diverged points marked x at the top), ``best_loss_curves.png`` (the runs at the best LRs, via the compare
-    plot) and, when ``c`` was swept, ``c_sweep.png`` (best-LR validation loss vs ``c``)."""
+    diverged points marked x at the top), ``best/loss_curves.png`` and ``best/weight_norms.png`` (the runs at
+    the best LRs, via :func:`spectrakit.experiments.compare.plot`) and, when ``c`` was swept, ``c_sweep.png``
+    (best-LR validation loss vs ``c``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -212,9 +233,7 @@ def plot(result: dict, out_dir: str) -> list[str]:
     chosen = {(b["optimizer"], b["c"], b["best_lr"]) for b in best}
     best_rows = [r for r in result["rows"] if (r["optimizer"], r["c"], r["lr"]) in chosen and "_curve" in r]
     if best_rows:
-        curves = cmp.plot(best_rows, os.path.join(out_dir, "best"), title="loss at the best LRs")
-        paths.append(os.path.join(out_dir, "best_loss_curves.png"))
-        os.replace(curves[0], paths[-1])
+        paths += cmp.plot(best_rows, os.path.join(out_dir, "best"), title="loss at the best LRs")
     swept = [b for b in best if b["c"] is not None]
     if swept:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -262,6 +281,9 @@ def _compare_options(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    if args.lr is not None:
+        print("spectrakit sweep: error: --lr is set per point by --lrs; drop --lr", file=sys.stderr)
+        return 2
     opts = _compare_options(args)
     result = sweep(lrs=cmp._csv(args.lrs, float), cs=cmp._csv(args.cs, float), out=args.out, tol=args.tol,
                    **opts)
@@ -274,6 +296,8 @@ def run(args: argparse.Namespace) -> int:
             f"finished before), wall {time.perf_counter() - t0:.0f} s\n\n### best LR per optimizer "
             f"(mean ± std of validation loss over seeds; LR range within {args.tol:g} nats of the best)\n\n"
             + markdown_table(result["best"], SUMMARY_COLUMNS)
+            + "\n\n### SPECTRA minus its base optimizer, each at its best LR (negative: SPECTRA lower)\n\n"
+            + markdown_table(result["differences"], ["optimizer", "c", "base", "delta_val_loss", "spread"])
             + "\n\n### every point\n\n" + markdown_table(result["points"], GRID_COLUMNS) + "\n")
     print(text)
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in result["rows"]]
@@ -282,7 +306,8 @@ def run(args: argparse.Namespace) -> int:
                                                               for k, v in opts.items()},
                    "lrs": cmp._csv(args.lrs, float), "cs": cmp._csv(args.cs, float), "tol": args.tol,
                    "rows": public, "points": result["points"], "best": result["best"], "ran": result["ran"],
-                   "skipped": result["skipped"], "wall_s": time.perf_counter() - t0}, f, indent=1, default=str)
+                   "differences": result["differences"], "skipped": result["skipped"],
+                   "wall_s": time.perf_counter() - t0}, f, indent=1, default=str)
     with open(os.path.join(args.out, "sweep.md"), "w") as f:
         f.write(text)
     print("plots: " + ", ".join(paths))

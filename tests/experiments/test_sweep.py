@@ -74,6 +74,12 @@ def test_select_best_ignores_diverged_and_reports_tolerance_range():
     # tolerance 0: the range is the best LR alone
     a0 = [b for b in sw.select_best(sw.grid_table(rows), tol=0.0) if b["optimizer"] == "a"][0]
     assert a0["lr_range_lo"] == a0["lr_range_hi"] == 1e-3
+    diffs = sw.differences([
+        {"optimizer": "adamw", "c": None, "val_loss_mean": 3.0, "val_loss_std": 0.3},
+        {"optimizer": "spectra-adamw", "c": None, "val_loss_mean": 2.9, "val_loss_std": 0.4},
+        {"optimizer": "spectra-signum", "c": None, "val_loss_mean": 2.0, "val_loss_std": 0.0}])  # base not swept
+    assert len(diffs) == 1 and diffs[0]["base"] == "adamw"
+    assert diffs[0]["delta_val_loss"] == pytest.approx(-0.1) and diffs[0]["spread"] == pytest.approx(0.5)
     with pytest.raises(ValueError, match="tol"):
         sw.select_best([], tol=-1)
 
@@ -104,12 +110,16 @@ def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch,
     assert len(data["rows"]) == 4 and len(data["ran"]) == 4 and data["skipped"] == []
     assert sorted(os.listdir(out)) == sorted(
         ["adamw-lr0.001-s0", "adamw-lr0.01-s0", "spectra-adamw-lr0.001-s0", "spectra-adamw-lr0.01-s0",
-         "best", "best_loss_curves.png", "lr_sensitivity.png", "sweep.json", "sweep.md"])
+         "best", "lr_sensitivity.png", "sweep.json", "sweep.md"])
     assert {(r["optimizer"], r["lr"]) for r in data["rows"]} == {
         (o, lr) for o in ("adamw", "spectra-adamw") for lr in (1e-3, 1e-2)}
     assert {b["optimizer"] for b in data["best"]} == {"adamw", "spectra-adamw"}
     for b in data["best"]:
         assert b["best_lr"] in (1e-3, 1e-2) and b["max_weight_sn"] > 0
+    assert sorted(os.listdir(os.path.join(out, "best"))) == ["loss_curves.png", "weight_norms.png"]
+    (d,) = data["differences"]
+    sp, ad = ({b["optimizer"]: b for b in data["best"]}[k] for k in ("spectra-adamw", "adamw"))
+    assert d["delta_val_loss"] == pytest.approx(sp["val_loss_mean"] - ad["val_loss_mean"])
     assert "best LR per optimizer" in open(os.path.join(out, "sweep.md")).read()
 
     def no_training(*a, **k):
@@ -131,3 +141,8 @@ def test_unfinished_run_folder_is_trained_again(tmp_path):
     res = sw.sweep(lrs=(1e-3,), out=str(tmp_path), optimizers=("adamw",), seeds=(0,), **TINY)
     assert res["ran"] == [sw.run_name(point)]
     assert sw.load_finished(str(run_dir))["val_loss"] == res["rows"][0]["val_loss"]
+
+
+def test_cli_rejects_lr_without_training(tmp_path, capsys):
+    assert cli.main(["sweep", "--lrs", "1e-3", "--lr", "1e-3", "--out", str(tmp_path)]) == 2
+    assert "--lrs" in capsys.readouterr().err and not os.listdir(tmp_path)
