@@ -279,6 +279,11 @@ def _compare_options(args: argparse.Namespace) -> dict:
     return opts
 
 
+def _shown(rows: list[dict]) -> list[dict]:
+    """Rows for the markdown tables: ``c = None`` (not swept or not a SPECTRA optimizer) shown as ``-``."""
+    return [{**r, "c": "-" if r.get("c") is None else r["c"]} for r in rows]
+
+
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.lr is not None:
@@ -295,10 +300,10 @@ def run(args: argparse.Namespace) -> int:
             + f"runs: {len(result['rows'])} ({len(result['ran'])} trained now, {len(result['skipped'])} "
             f"finished before), wall {time.perf_counter() - t0:.0f} s\n\n### best LR per optimizer "
             f"(mean ± std of validation loss over seeds; LR range within {args.tol:g} nats of the best)\n\n"
-            + markdown_table(result["best"], SUMMARY_COLUMNS)
+            + markdown_table(_shown(result["best"]), SUMMARY_COLUMNS)
             + "\n\n### SPECTRA minus its base optimizer, each at its best LR (negative: SPECTRA lower)\n\n"
-            + markdown_table(result["differences"], ["optimizer", "c", "base", "delta_val_loss", "spread"])
-            + "\n\n### every point\n\n" + markdown_table(result["points"], GRID_COLUMNS) + "\n")
+            + markdown_table(_shown(result["differences"]), ["optimizer", "c", "base", "delta_val_loss", "spread"])
+            + "\n\n### every point\n\n" + markdown_table(_shown(result["points"]), GRID_COLUMNS) + "\n")
     print(text)
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in result["rows"]]
     with open(os.path.join(args.out, "sweep.json"), "w") as f:
