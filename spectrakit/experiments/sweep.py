@@ -179,9 +179,13 @@ def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, **options) 
         options.pop(key, None)
     cmp.CompareOptions(**options, optimizers=names, seeds=seeds).resolved()  # validate before any run
     rows, ran, skipped = [], [], []
-    for point in grid(names, tuple(lrs), seeds, tuple(cs)):
+    points_to_run = grid(names, tuple(lrs), seeds, tuple(cs))
+    for i, point in enumerate(points_to_run, 1):
         run_dir = os.path.join(out, run_name(point))
         row = load_finished(run_dir)
+        if options.get("progress", True):
+            state = "finished before, skipped" if row is not None else "training"
+            print(f"sweep [{i}/{len(points_to_run)}] {run_name(point)}: {state}", file=sys.stderr, flush=True)
         if row is None:
             os.makedirs(run_dir, exist_ok=True)
             row = _run_or_resume(run_dir, point, options)
