@@ -20,6 +20,8 @@ from spectrakit._threads import apply_threads
 COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("spectrakit.experiments.compare",
                 "train a small LM with several optimizers (default AdamW vs SpectraAdamW) and compare them"),
+    "sweep": ("spectrakit.experiments.sweep",
+              "tune the LR of several optimizers over seeds (and SPECTRA's c): a resumable grid of compare runs"),
     "ops": ("spectrakit.linalg.report",
             "check every matrix function against its exact SVD/eigh reference and time it"),
     "experiment": ("spectrakit.experiments.cli", "run one of the paper experiments (see `experiment --help`)"),

@@ -1,0 +1,326 @@
+"""Tune the learning rate of several optimizers over seeds: a grid of `spectrakit compare` runs.
+
+Every (optimizer, LR, seed[, c]) point trains with the compare settings (every compare option applies) in its
+own folder under ``--out``; a finished point (its ``run.json`` complete) is skipped when the sweep is run
+again. Per optimizer the best LR minimises the mean validation loss over seeds (diverged points are kept in
+the table but never chosen), as in the tuned comparisons of Jiang, Semenov and Stich (2026, §6.2, Fig. 2-3,
+Table 3). Writes ``sweep.json``, ``sweep.md``, the LR-sensitivity plot (validation loss vs LR), the loss
+curves and weight norms at the best LRs and, with ``--cs``, validation loss vs SPECTRA's clip threshold ``c``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+
+from spectrakit._checks import check_choice
+from spectrakit.experiments import compare as cmp
+from spectrakit.experiments.io import environment, invocation, markdown_table
+from spectrakit.train.optimizers import OPTIMIZERS
+
+RUN_FILE = "run.json"
+NORM_KEYS = ("max_weight_sn", "max_update_sn", "agg_linf")
+SUMMARY_COLUMNS = [
+    "optimizer", "c", "best_lr", "val_loss_mean", "val_loss_std", "seeds", "lr_range_lo", "lr_range_hi",
+    *NORM_KEYS, "diverged_points",
+]
+GRID_COLUMNS = ["optimizer", "c", "lr", "val_loss_mean", "val_loss_std", "seeds", "diverged"]
+
+
+# ----------------------------------------------------------------------------- pure aggregation / selection
+def _mean_std(xs: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (``ddof=1``; 0 for a single value)."""
+    m = sum(xs) / len(xs)
+    s = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+    return m, s
+
+
+def grid_table(rows: list[dict]) -> list[dict]:
+    """Group run rows by ``(optimizer, c, lr)``: mean and std of ``val_loss`` over seeds.
+
+    A point is ``diverged`` when any of its seeds diverged or has a non-finite validation loss; its mean is
+    then ``nan`` (recorded, never comparable). The weight-norm quantities (``max_weight_sn``,
+    ``max_update_sn``, ``agg_linf``) are averaged over seeds.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["optimizer"], r.get("c"), r["lr"]), []).append(r)
+    out = []
+    for (name, c, lr), rs in groups.items():
+        losses = [float(r["val_loss"]) for r in rs]
+        diverged = any(bool(r.get("diverged")) or not math.isfinite(v) for r, v in zip(rs, losses))
+        m, s = (math.nan, math.nan) if diverged else _mean_std(losses)
+        point = {"optimizer": name, "c": c, "lr": lr, "val_loss_mean": m, "val_loss_std": s,
+                 "seeds": len(rs), "diverged": diverged}
+        for k in NORM_KEYS:
+            vals = [float(r.get(k, math.nan)) for r in rs]
+            point[k] = sum(vals) / len(vals)
+        out.append(point)
+    out.sort(key=lambda p: (p["optimizer"], math.inf if p["c"] is None else p["c"], p["lr"]))
+    return out
+
+
+def select_best(points: list[dict], tol: float = 0.05) -> list[dict]:
+    """Per ``(optimizer, c)``: the LR with the smallest mean validation loss over non-diverged points.
+
+    ``lr_range_lo``/``lr_range_hi`` bound the LRs whose mean loss is within ``tol`` nats of the best (the
+    stability measure of Jiang, Semenov and Stich 2026, Fig. 2); ``best_lr`` is ``nan`` when every point
+    diverged. ``diverged_points`` counts the diverged LRs.
+    """
+    if not (isinstance(tol, (int, float)) and tol >= 0):
+        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+    by_key: dict[tuple, list[dict]] = {}
+    for p in points:
+        by_key.setdefault((p["optimizer"], p["c"]), []).append(p)
+    out = []
+    for (name, c), ps in by_key.items():
+        ok = [p for p in ps if not p["diverged"] and math.isfinite(p["val_loss_mean"])]
+        row = {"optimizer": name, "c": c, "diverged_points": len(ps) - len(ok)}
+        if not ok:
+            row.update(best_lr=math.nan, val_loss_mean=math.nan, val_loss_std=math.nan, seeds=0,
+                       lr_range_lo=math.nan, lr_range_hi=math.nan, **{k: math.nan for k in NORM_KEYS})
+        else:
+            best = min(ok, key=lambda p: (p["val_loss_mean"], p["lr"]))
+            near = [p["lr"] for p in ok if p["val_loss_mean"] <= best["val_loss_mean"] + tol]
+            row.update(best_lr=best["lr"], val_loss_mean=best["val_loss_mean"], val_loss_std=best["val_loss_std"],
+                       seeds=best["seeds"], lr_range_lo=min(near), lr_range_hi=max(near),
+                       **{k: best[k] for k in NORM_KEYS})
+        out.append(row)
+    return out
+
+
+def differences(best: list[dict]) -> list[dict]:
+    """Each SPECTRA optimizer at its best LR minus its base optimizer at the base's best LR:
+    ``delta = mean_spectra - mean_base`` (negative: SPECTRA is better) with the combined seed spread
+    ``sqrt(std_spectra^2 + std_base^2)``; one row per tuned ``(optimizer, c)`` whose base was swept."""
+    base_best = {b["optimizer"]: b for b in best if b["c"] is None}
+    out = []
+    for b in best:
+        spec = OPTIMIZERS.get(b["optimizer"])
+        ref = base_best.get(spec.base) if spec is not None and spec.base else None
+        if ref is None:
+            continue
+        out.append({"optimizer": b["optimizer"], "c": b["c"], "base": spec.base,
+                    "delta_val_loss": b["val_loss_mean"] - ref["val_loss_mean"],
+                    "spread": math.hypot(b["val_loss_std"], ref["val_loss_std"])})
+    return out
+
+
+# ----------------------------------------------------------------------------- runs
+def grid(optimizers, lrs, seeds, cs=()) -> list[dict]:
+    """The sweep points: every optimizer x LR x seed, and x ``c`` for SPECTRA optimizers when ``cs`` is given
+    (``c`` is ``None`` where it does not apply or is not swept)."""
+    if not optimizers or not lrs or not seeds:
+        raise ValueError("optimizers, lrs and seeds must each list at least one value")
+    for lr in lrs:
+        if not (lr > 0 and math.isfinite(lr)):
+            raise ValueError(f"lrs must be finite and > 0, got {lr!r}")
+    for c in cs:
+        if not (c > 0 and math.isfinite(c)):
+            raise ValueError(f"cs must be finite and > 0, got {c!r} (for no clipping, c = inf, sweep the base "
+                             "optimizer, e.g. adamw next to spectra-adamw)")
+    points = []
+    for name in optimizers:
+        check_choice(name, "optimizers", OPTIMIZERS)
+        for c in (cs if cs and OPTIMIZERS[name].spectra else (None,)):
+            for lr in lrs:
+                for seed in seeds:
+                    points.append({"optimizer": name, "c": c, "lr": float(lr), "seed": int(seed)})
+    return points
+
+
+def run_name(point: dict) -> str:
+    """Folder name of a sweep point, e.g. ``spectra-adamw-c10-lr0.003-s0``."""
+    c = "" if point["c"] is None else f"-c{point['c']:g}"
+    return f"{point['optimizer']}{c}-lr{point['lr']:g}-s{point['seed']}"
+
+
+def load_finished(run_dir: str) -> dict | None:
+    """The row of a finished run (``run.json`` written after training, ``complete`` true), else ``None``."""
+    path = os.path.join(run_dir, RUN_FILE)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data["row"] if data.get("complete") and "row" in data else None
+
+
+def _run_or_resume(run_dir: str, point: dict, options: dict) -> dict:
+    """Train one sweep point from scratch with :func:`spectrakit.experiments.compare.compare` and write its
+    ``run.json``. An unfinished run folder (no complete ``run.json``) restarts from step 0: mid-run
+    checkpoints are not resumed here."""
+    c = options.get("c", 10.0) if point["c"] is None else point["c"]
+    opts = {**options, "optimizers": (point["optimizer"],), "seeds": (point["seed"],), "lr": point["lr"],
+            "c": c, "out": run_dir}
+    (row,) = cmp.compare(**opts)
+    row = {k: v for k, v in row.items() if k != "overhead_%"}
+    row["c"] = point["c"]
+    with open(os.path.join(run_dir, RUN_FILE), "w") as f:
+        json.dump({"complete": True, "point": point, "row": row}, f, default=str)
+    return row
+
+
+def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, **options) -> dict:
+    """Run (or skip when finished) every grid point; ``options`` are :class:`CompareOptions` fields
+    (``optimizers`` and ``seeds`` span the grid, ``lr``/``c``/``out`` are set per point).
+
+    Returns ``{"rows", "points", "best", "differences", "ran", "skipped"}``: run rows, :func:`grid_table`,
+    :func:`select_best`, :func:`differences` and the names of the points trained now and skipped.
+    """
+    names = tuple(options.pop("optimizers", cmp.CompareOptions.optimizers))
+    seeds = tuple(options.pop("seeds", cmp.CompareOptions.seeds))
+    for key in ("lr", "out"):
+        options.pop(key, None)
+    cmp.CompareOptions(**options, optimizers=names, seeds=seeds).resolved()  # validate before any run
+    rows, ran, skipped = [], [], []
+    points_to_run = grid(names, tuple(lrs), seeds, tuple(cs))
+    for i, point in enumerate(points_to_run, 1):
+        run_dir = os.path.join(out, run_name(point))
+        row = load_finished(run_dir)
+        if options.get("progress", True):
+            state = "finished before, skipped" if row is not None else "training"
+            print(f"sweep [{i}/{len(points_to_run)}] {run_name(point)}: {state}", file=sys.stderr, flush=True)
+        if row is None:
+            os.makedirs(run_dir, exist_ok=True)
+            row = _run_or_resume(run_dir, point, options)
+            ran.append(run_name(point))
+        else:
+            skipped.append(run_name(point))
+        rows.append(row)
+    points = grid_table(rows)
+    best = select_best(points, tol)
+    return {"rows": rows, "points": points, "best": best, "differences": differences(best), "ran": ran,
+            "skipped": skipped}
+
+
+# ----------------------------------------------------------------------------- plots and report
+def plot(result: dict, out_dir: str) -> list[str]:
+    """Save ``lr_sensitivity.png`` (mean validation loss vs LR per optimizer, error bars = std over seeds,
+    diverged points marked x at the top), ``best/loss_curves.png`` and ``best/weight_norms.png`` (the runs at
+    the best LRs, via :func:`spectrakit.experiments.compare.plot`) and, when ``c`` was swept, ``c_sweep.png``
+    (best-LR validation loss vs ``c``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    points, best = result["points"], result["best"]
+    finite = [p["val_loss_mean"] for p in points if math.isfinite(p["val_loss_mean"])]
+    top = max(finite) if finite else 1.0
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key in dict.fromkeys((p["optimizer"], p["c"]) for p in points):
+        ps = [p for p in points if (p["optimizer"], p["c"]) == key]
+        label = key[0] + ("" if key[1] is None else f" c={key[1]:g}")
+        ok = [p for p in ps if not p["diverged"]]
+        line = ax.errorbar([p["lr"] for p in ok], [p["val_loss_mean"] for p in ok],
+                           yerr=[p["val_loss_std"] for p in ok], marker="o", capsize=3, label=label)
+        bad = [p["lr"] for p in ps if p["diverged"]]
+        if bad:
+            ax.plot(bad, [top] * len(bad), "x", color=line[0].get_color(), ms=9)
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("validation loss (nats), mean over seeds")
+    ax.set_title("LR sensitivity (x: diverged)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    paths = [os.path.join(out_dir, "lr_sensitivity.png")]
+    fig.savefig(paths[0], dpi=120)
+    plt.close(fig)
+    chosen = {(b["optimizer"], b["c"], b["best_lr"]) for b in best}
+    best_rows = [r for r in result["rows"] if (r["optimizer"], r["c"], r["lr"]) in chosen and "_curve" in r]
+    if best_rows:
+        paths += cmp.plot(best_rows, os.path.join(out_dir, "best"), title="loss at the best LRs")
+    swept = [b for b in best if b["c"] is not None]
+    if swept:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name in dict.fromkeys(b["optimizer"] for b in swept):
+            bs = sorted((b for b in swept if b["optimizer"] == name), key=lambda b: b["c"])
+            ax.errorbar([b["c"] for b in bs], [b["val_loss_mean"] for b in bs], yerr=[b["val_loss_std"] for b in bs],
+                        marker="o", capsize=3, label=name)
+        ax.set_xscale("log")
+        ax.set_xlabel("clip threshold c")
+        ax.set_ylabel("validation loss at the best LR")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        paths.append(os.path.join(out_dir, "c_sweep.png"))
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    cmp.add_arguments(parser)
+    parser.set_defaults(out="runs/sweep")
+    parser.add_argument("--lrs", required=True, help="comma-separated peak LRs (the --lr of each point)")
+    parser.add_argument("--cs", default="", help="comma-separated SPECTRA clip thresholds c (> 0, finite) to "
+                        "sweep for SPECTRA optimizers (default: --c only); c = inf is the base optimizer")
+    parser.add_argument("--tol", type=float, default=0.05,
+                        help="report the LR range within this many nats of the best mean validation loss")
+
+
+def _compare_options(args: argparse.Namespace) -> dict:
+    """The :class:`CompareOptions` fields from the parsed compare arguments (tuples from comma lists)."""
+    opts = {}
+    for field in dataclasses.fields(cmp.CompareOptions):
+        if field.name in ("progress", "lr", "out") or not hasattr(args, field.name):
+            continue
+        value = getattr(args, field.name)
+        if isinstance(field.default, tuple) and isinstance(value, str):
+            value = cmp._csv(value, type(field.default[0]) if field.default else int)
+        opts[field.name] = value
+    if opts.get("grad_clip") is not None and opts["grad_clip"] <= 0:
+        opts["grad_clip"] = None
+    opts["progress"] = not args.quiet
+    return opts
+
+
+def _shown(rows: list[dict]) -> list[dict]:
+    """Rows for the markdown tables: ``c = None`` (not swept or not a SPECTRA optimizer) shown as ``-``."""
+    return [{**r, "c": "-" if r.get("c") is None else r["c"]} for r in rows]
+
+
+def run(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    if args.lr is not None:
+        print("spectrakit sweep: error: --lr is set per point by --lrs; drop --lr", file=sys.stderr)
+        return 2
+    opts = _compare_options(args)
+    result = sweep(lrs=cmp._csv(args.lrs, float), cs=cmp._csv(args.cs, float), out=args.out, tol=args.tol,
+                   **opts)
+    paths = plot(result, args.out)
+    command = invocation("sweep", "")
+    env = environment()
+    text = (f"## sweep\n\ndevice: {env['device']} · torch {env['torch']} · {env['date']}\n\n"
+            + (f"command: `{command}`\n\n" if command else "")
+            + f"runs: {len(result['rows'])} ({len(result['ran'])} trained now, {len(result['skipped'])} "
+            f"finished before), wall {time.perf_counter() - t0:.0f} s\n\n### best LR per optimizer "
+            f"(mean ± std of validation loss over seeds; LR range within {args.tol:g} nats of the best)\n\n"
+            + markdown_table(_shown(result["best"]), SUMMARY_COLUMNS)
+            + "\n\n### SPECTRA minus its base optimizer, each at its best LR (negative: SPECTRA lower)\n\n"
+            + markdown_table(_shown(result["differences"]), ["optimizer", "c", "base", "delta_val_loss", "spread"])
+            + "\n\n### every point\n\n" + markdown_table(_shown(result["points"]), GRID_COLUMNS) + "\n")
+    print(text)
+    public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in result["rows"]]
+    with open(os.path.join(args.out, "sweep.json"), "w") as f:
+        json.dump({"env": env, "command": command, "options": {k: list(v) if isinstance(v, tuple) else v
+                                                              for k, v in opts.items()},
+                   "lrs": cmp._csv(args.lrs, float), "cs": cmp._csv(args.cs, float), "tol": args.tol,
+                   "rows": public, "points": result["points"], "best": result["best"], "ran": result["ran"],
+                   "differences": result["differences"], "skipped": result["skipped"],
+                   "wall_s": time.perf_counter() - t0}, f, indent=1, default=str)
+    with open(os.path.join(args.out, "sweep.md"), "w") as f:
+        f.write(text)
+    print("plots: " + ", ".join(paths))
+    return 0
+
+
+main = run

@@ -1,0 +1,148 @@
+"""`spectrakit sweep`: grid, per-point folders, skipping finished runs, best-LR selection and the mean ± std
+table on synthetic rows, diverged points kept but never chosen, the CLI outputs."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from spectrakit import cli
+from spectrakit.experiments import compare as cmp
+from spectrakit.experiments import sweep as sw
+
+TINY = dict(
+    setting="cpu",
+    tokenizer="bytes",
+    steps=4,
+    batch_size=2,
+    seq_len=16,
+    warmup=1,
+    eval_every=2,
+    eval_tokens=64,
+    diag_every=2,
+    progress=False,
+)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SPECTRAKIT_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    """Every test here runs single-threaded."""
+
+
+def _row(opt, lr, seed, loss, c=None, diverged=False, sn=1.0):
+    return {"optimizer": opt, "lr": lr, "seed": seed, "val_loss": loss, "c": c, "diverged": diverged,
+            "max_weight_sn": sn, "max_update_sn": 2 * sn, "agg_linf": 0.5 * sn}
+
+
+def test_grid_table_mean_std_over_seeds_and_diverged_points_recorded():
+    rows = [_row("a", 1e-3, 0, 3.0), _row("a", 1e-3, 1, 3.2), _row("a", 1e-3, 2, 3.4, sn=4.0),
+            _row("a", 1e-2, 0, 2.0), _row("a", 1e-2, 1, math.nan), _row("b", 1e-3, 0, 2.5, diverged=True)]
+    pts = {(p["optimizer"], p["lr"]): p for p in sw.grid_table(rows)}
+    p = pts[("a", 1e-3)]
+    assert p["val_loss_mean"] == pytest.approx(3.2)
+    assert p["val_loss_std"] == pytest.approx(0.2)  # sample std (ddof=1) of 3.0, 3.2, 3.4
+    assert p["seeds"] == 3 and not p["diverged"]
+    assert p["max_weight_sn"] == pytest.approx(2.0) and p["agg_linf"] == pytest.approx(1.0)
+    assert pts[("a", 1e-2)]["diverged"] and math.isnan(pts[("a", 1e-2)]["val_loss_mean"])
+    assert pts[("b", 1e-3)]["diverged"]  # flagged diverged even with a finite loss
+    assert len(pts) == 3
+
+
+def test_select_best_ignores_diverged_and_reports_tolerance_range():
+    rows = [_row("a", lr, s, loss + 0.01 * s) for lr, loss in [(1e-4, 3.5), (3e-4, 3.04), (1e-3, 3.0),
+                                                                 (3e-3, 3.03), (1e-2, 3.2)] for s in (0, 1)]
+    rows += [_row("a", 3e-2, 0, 0.1, diverged=True)]  # lowest loss, but diverged: never chosen
+    rows += [_row("b", 1e-3, 0, math.inf), _row("b", 1e-2, 0, math.nan)]
+    rows += [_row("s", 1e-3, 0, 2.0, c=1.0), _row("s", 1e-3, 0, 1.9, c=10.0), _row("s", 1e-2, 0, 1.8, c=10.0)]
+    best = {(b["optimizer"], b["c"]): b for b in sw.select_best(sw.grid_table(rows), tol=0.05)}
+    a = best[("a", None)]
+    assert a["best_lr"] == 1e-3 and a["val_loss_mean"] == pytest.approx(3.005)
+    assert a["val_loss_std"] == pytest.approx(0.01 / math.sqrt(2))
+    assert (a["lr_range_lo"], a["lr_range_hi"]) == (3e-4, 3e-3)
+    assert a["diverged_points"] == 1 and a["seeds"] == 2
+    b = best[("b", None)]
+    assert math.isnan(b["best_lr"]) and b["diverged_points"] == 2
+    assert best[("s", 1.0)]["best_lr"] == 1e-3 and best[("s", 10.0)]["best_lr"] == 1e-2
+    # tolerance 0: the range is the best LR alone
+    a0 = [b for b in sw.select_best(sw.grid_table(rows), tol=0.0) if b["optimizer"] == "a"][0]
+    assert a0["lr_range_lo"] == a0["lr_range_hi"] == 1e-3
+    diffs = sw.differences([
+        {"optimizer": "adamw", "c": None, "val_loss_mean": 3.0, "val_loss_std": 0.3},
+        {"optimizer": "spectra-adamw", "c": None, "val_loss_mean": 2.9, "val_loss_std": 0.4},
+        {"optimizer": "spectra-signum", "c": None, "val_loss_mean": 2.0, "val_loss_std": 0.0}])  # base not swept
+    assert len(diffs) == 1 and diffs[0]["base"] == "adamw"
+    assert diffs[0]["delta_val_loss"] == pytest.approx(-0.1) and diffs[0]["spread"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="tol"):
+        sw.select_best([], tol=-1)
+
+
+def test_grid_sweeps_c_only_for_spectra_optimizers_and_validates():
+    pts = sw.grid(("adamw", "spectra-adamw"), (1e-3, 1e-2), (0, 1), cs=(1.0, 30.0))
+    assert len(pts) == 2 * 2 + 2 * 2 * 2
+    assert {p["c"] for p in pts if p["optimizer"] == "adamw"} == {None}
+    assert sw.run_name(pts[-1]) == "spectra-adamw-c30-lr0.01-s1"
+    with pytest.raises(ValueError, match="lrs"):
+        sw.grid(("adamw",), (0.0,), (0,))
+    with pytest.raises(ValueError, match="optimizers"):
+        sw.grid(("nope",), (1e-3,), (0,))
+    with pytest.raises(ValueError, match="cs"):
+        sw.grid(("spectra-adamw",), (1e-3,), (0,), cs=(-1.0,))
+    with pytest.raises(ValueError, match="base optimizer"):
+        sw.grid(("spectra-adamw",), (1e-3,), (0,), cs=(math.inf,))
+
+
+def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch, capsys):
+    out = str(tmp_path / "sw")
+    argv = ["sweep", "--optimizers", "adamw,spectra-adamw", "--lrs", "1e-3,1e-2", "--seeds", "0",
+            "--setting", "cpu", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2", "--seq-len", "16",
+            "--warmup", "1", "--eval-every", "2", "--eval-tokens", "64", "--diag-every", "2", "--quiet",
+            "--out", out]
+    assert cli.main(argv) == 0
+    data = json.load(open(os.path.join(out, "sweep.json")))
+    assert len(data["rows"]) == 4 and len(data["ran"]) == 4 and data["skipped"] == []
+    assert sorted(os.listdir(out)) == sorted(
+        ["adamw-lr0.001-s0", "adamw-lr0.01-s0", "spectra-adamw-lr0.001-s0", "spectra-adamw-lr0.01-s0",
+         "best", "lr_sensitivity.png", "sweep.json", "sweep.md"])
+    assert {(r["optimizer"], r["lr"]) for r in data["rows"]} == {
+        (o, lr) for o in ("adamw", "spectra-adamw") for lr in (1e-3, 1e-2)}
+    assert {b["optimizer"] for b in data["best"]} == {"adamw", "spectra-adamw"}
+    for b in data["best"]:
+        assert b["best_lr"] in (1e-3, 1e-2) and b["max_weight_sn"] > 0
+    assert sorted(os.listdir(os.path.join(out, "best"))) == ["loss_curves.png", "weight_norms.png"]
+    (d,) = data["differences"]
+    sp, ad = ({b["optimizer"]: b for b in data["best"]}[k] for k in ("spectra-adamw", "adamw"))
+    assert d["delta_val_loss"] == pytest.approx(sp["val_loss_mean"] - ad["val_loss_mean"])
+    assert "best LR per optimizer" in open(os.path.join(out, "sweep.md")).read()
+
+    def no_training(*a, **k):
+        raise AssertionError("a finished point was trained again")
+
+    monkeypatch.setattr(cmp, "compare", no_training)
+    assert cli.main(argv) == 0
+    again = json.load(open(os.path.join(out, "sweep.json")))
+    assert again["ran"] == [] and len(again["skipped"]) == 4
+    assert again["best"] == data["best"]
+
+
+def test_unfinished_run_folder_is_trained_again(tmp_path):
+    point = {"optimizer": "adamw", "c": None, "lr": 1e-3, "seed": 0}
+    run_dir = tmp_path / sw.run_name(point)
+    run_dir.mkdir()
+    (run_dir / sw.RUN_FILE).write_text('{"complete": false}')
+    assert sw.load_finished(str(run_dir)) is None
+    res = sw.sweep(lrs=(1e-3,), out=str(tmp_path), optimizers=("adamw",), seeds=(0,), **TINY)
+    assert res["ran"] == [sw.run_name(point)]
+    assert sw.load_finished(str(run_dir))["val_loss"] == res["rows"][0]["val_loss"]
+
+
+def test_cli_rejects_lr_without_training(tmp_path, capsys):
+    assert cli.main(["sweep", "--lrs", "1e-3", "--lr", "1e-3", "--out", str(tmp_path)]) == 2
+    assert "--lrs" in capsys.readouterr().err and not os.listdir(tmp_path)
