@@ -152,12 +152,12 @@ def load_finished(run_dir: str) -> dict | None:
 
 
 def _run_or_resume(run_dir: str, point: dict, options: dict) -> dict:
-    """Train one sweep point from scratch with :func:`spectrakit.experiments.compare.compare` and write its
-    ``run.json``. An unfinished run folder (no complete ``run.json``) restarts from step 0: mid-run
-    checkpoints are not resumed here."""
+    """Train one sweep point with :func:`spectrakit.experiments.compare.compare` and write its ``run.json``.
+    An unfinished run folder (no complete ``run.json``) continues from its newest usable checkpoint
+    (``compare(resume=True)``: bit-identical to an uninterrupted run on CPU); a new one starts at step 0."""
     c = options.get("c", 10.0) if point["c"] is None else point["c"]
     opts = {**options, "optimizers": (point["optimizer"],), "seeds": (point["seed"],), "lr": point["lr"],
-            "c": c, "out": run_dir}
+            "c": c, "out": run_dir, "resume": True}
     (row,) = cmp.compare(**opts)
     row = {k: v for k, v in row.items() if k != "overhead_%"}
     row["c"] = point["c"]
