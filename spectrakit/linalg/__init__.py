@@ -14,6 +14,7 @@ CUDA, has an ``"exact"`` (float64 SVD/eigh) reference path, and, with value chec
 
 from .eig import eig_clip, eig_hardcap, eig_relu, eig_stepfun, proj_nsd, proj_psd, sym
 from .hard_clip import spectral_clip, spectral_hardcap, spectral_relu
+from .lmo import spectral_lmo
 from .norms import spectral_norm, subspace_distance
 from .polar import msign, orthogonalize
 from .schedules import SCHEDULES, polar_express_coeffs
@@ -33,6 +34,7 @@ __all__ = [
     "soft_clip",
     "spectral_clip",
     "spectral_hardcap",
+    "spectral_lmo",
     "spectral_norm",
     "spectral_relu",
     "subspace_distance",
