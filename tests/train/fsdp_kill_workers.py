@@ -47,6 +47,7 @@ def loader(rank: int, ws: int, root: str) -> dict:
     _fill(model, -1.0)
     opt = SpectraAdamW(model.parameters(), lr=1e-3)
     state = load_sharded_checkpoint(root, model=model, optimizer=opt)
-    values = {float(p.full_tensor().min()) for p in model.parameters()} | {
-        float(p.full_tensor().max()) for p in model.parameters()}
+    full = [p.full_tensor().detach() for p in model.parameters()]
+    values = {float(t.min()) for t in full} | {float(t.max()) for t in full}
+    torch.distributed.barrier()  # no rank leaves while the other is still inside a collective
     return {"step": state["step"], "data": state["data"], "values": sorted(values)}
