@@ -9,11 +9,13 @@ CUDA, has an ``"exact"`` (float64 SVD/eigh) reference path, and, with value chec
 - hard spectral clips: :func:`spectral_clip`, :func:`spectral_hardcap`, :func:`spectral_relu`
 - eigenvalue functions: :func:`sym`, :func:`eig_clip`, :func:`eig_relu`, :func:`eig_hardcap`,
   :func:`eig_stepfun`, :func:`proj_psd`, :func:`proj_nsd`
+- regularised linear minimisation over the spectral-norm ball: :func:`spectral_lmo`
 - norms: :func:`spectral_norm` (power iteration with warm start), :func:`subspace_distance`
 """
 
 from .eig import eig_clip, eig_hardcap, eig_relu, eig_stepfun, proj_nsd, proj_psd, sym
 from .hard_clip import spectral_clip, spectral_hardcap, spectral_relu
+from .lmo import spectral_lmo
 from .norms import spectral_norm, subspace_distance
 from .polar import msign, orthogonalize
 from .schedules import SCHEDULES, polar_express_coeffs
@@ -33,6 +35,7 @@ __all__ = [
     "soft_clip",
     "spectral_clip",
     "spectral_hardcap",
+    "spectral_lmo",
     "spectral_norm",
     "spectral_relu",
     "subspace_distance",

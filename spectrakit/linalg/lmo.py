@@ -54,7 +54,9 @@ lies within 2.5% of ``b`` (nuclear) and the spectrum spans at most 4 decades (``
 sign iterations as in :func:`~spectrakit.linalg.spectral_clip`, the rest in fp32): <= 3e-2 (measured
 5e-3 .. 8e-3). Beyond that the polar factor resolves singular values below ``~1e-6 s_max`` only partly, which
 the maps that amplify small values inherit: measured on a spectrum over 6 decades (fp32) 1.5e-2 for
-Schatten-9 (``s^(1/8)``), 2.8e-3 for entropy with ``D = 1``, <= 5e-4 otherwise.
+Schatten-9 (``s^(1/8)``), 2.8e-3 for entropy with ``D = 1``, <= 5e-4 otherwise; a square Gaussian matrix
+plus a 1e3 spike (its smallest singular values near ``1e-6 s_max``): <= 2e-2 for Schatten-5/9 and up to
+8e-2 for entropy with ``D <= 1`` (there ``X* = -D msign(G)``, so every unresolved singular value counts).
 No host synchronisation on the ``"polar"`` route (``b``, ``radius`` and ``p`` are Python numbers).
 """
 
