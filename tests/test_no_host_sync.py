@@ -81,6 +81,9 @@ CONFIGS = [(n, {}) for n in PRESETS] + [
     ("Spectra", dict(base="adamw", post="soft_clip", pre_c=1.0)),
     ("Spectra", dict(base="signum", post="hardcap", vector_clip=True)),
     ("Spectra", dict(base="adamw", post="soft_clip_accurate", max_batch_numel=60)),
+    ("Spectra", dict(base="signum", post="spectral_lmo", regularizer="schatten", b=0.5, p=3.0)),
+    ("Spectra", dict(base="signum", post="spectral_lmo", regularizer="entropy", b=0.5, c=5.0)),
+    ("Spectra", dict(base="sgd", post="linf_fw", b=0.5)),
 ]
 
 
