@@ -177,7 +177,7 @@ def _linf_fw(U, c, steps=None, dtype=None, *, b=1.0, **_):
     thr = (b * c) / l1.float().clamp_min(tiny)
     with no_value_checks():
         capped = _linalg().spectral_hardcap(torch.sign(U), thr, steps=steps, dtype=dtype)
-    return capped * (l1 / b).to(U.dtype)[:, None, None]
+    return capped * (l1 / b).to(U.dtype)[..., None, None]
 
 
 # post-transforms that take the group's ``regularizer``, ``b``, ``p`` (see :func:`post_kwargs`)
