@@ -259,7 +259,8 @@ def spectral_lmo(G: torch.Tensor, regularizer: str, *, b: float, radius: float, 
         radius: ``D``, the spectral-norm radius, a finite number > 0.
         p: the Schatten exponent, a finite number > 1 (only with ``regularizer="schatten"``).
         method: "polar" or "exact".
-        steps: sign iterations (1..100); default: linalg's defaults.
+        steps: sign iterations (1..100), also used for the Schatten square roots; default: linalg's defaults
+            (square roots: enough Polar Express steps for 1e-8 at the lower bound ``sqrt(16 eps)``).
         dtype: compute dtype of the sign iterations (bf16: mixed as in
             :func:`~spectrakit.linalg.spectral_clip`, the rest in fp32); output has G's dtype.
 
