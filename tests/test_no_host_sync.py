@@ -81,6 +81,9 @@ CONFIGS = [(n, {}) for n in PRESETS] + [
     ("Spectra", dict(base="adamw", post="soft_clip", pre_c=1.0)),
     ("Spectra", dict(base="signum", post="hardcap", vector_clip=True)),
     ("Spectra", dict(base="adamw", post="soft_clip_accurate", max_batch_numel=60)),
+    ("Spectra", dict(base="signum", post="spectral_lmo", regularizer="schatten", b=0.5, p=3.0)),
+    ("Spectra", dict(base="signum", post="spectral_lmo", regularizer="entropy", b=0.5, c=5.0)),
+    ("Spectra", dict(base="sgd", post="linf_fw", b=0.5)),
 ]
 
 
@@ -124,6 +127,10 @@ def _linalg_calls():
         "spectral_hardcap_float": lambda: L.spectral_hardcap(x, 1.0),
         "spectral_hardcap_dilation": lambda: L.spectral_hardcap(x, hi, method="dilation"),
         "spectral_relu": lambda: L.spectral_relu(x, lo),
+        **{f"spectral_lmo_{r}": (lambda r=r: L.spectral_lmo(x, r, b=0.5, radius=2.0,
+                                                            p=3.0 if r == "schatten" else None))
+           for r in ("frobenius", "nuclear", "schatten", "entropy")},
+        "spectral_lmo_bf16": lambda: L.spectral_lmo(x, "schatten", b=0.5, radius=2.0, p=5.0, dtype=torch.bfloat16),
         "eig_clip": lambda: L.eig_clip(w, -hi, hi),
         "eig_stepfun": lambda: L.eig_stepfun(w, lo),
         "proj_psd": lambda: L.proj_psd(w),

@@ -33,6 +33,7 @@ identical on all ranks of ``process_group`` (DDP guarantees it).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -232,6 +233,7 @@ class ShardedSpectraMixin:
             # the in-place variant where one exists: it overwrites the gathered matrices (or U itself on its
             # owner), which are ours to modify, with the same result as the copying one
             fn = getattr(fn, "inplace", fn)
+            fn = functools.partial(fn, **b["post_kwargs"]) if fn is not None and b.get("post_kwargs") else fn
             U, params = b["U"], b["params"]
             if fn is None:
                 out.append(U)

@@ -9,6 +9,7 @@ CUDA, has an ``"exact"`` (float64 SVD/eigh) reference path, and, with value chec
 - hard spectral clips: :func:`spectral_clip`, :func:`spectral_hardcap`, :func:`spectral_relu`
 - eigenvalue functions: :func:`sym`, :func:`eig_clip`, :func:`eig_relu`, :func:`eig_hardcap`,
   :func:`eig_stepfun`, :func:`proj_psd`, :func:`proj_nsd`
+- regularised linear minimisation over the spectral-norm ball: :func:`spectral_lmo`
 - norms: :func:`spectral_norm` (power iteration with warm start), :func:`subspace_distance`
 """
 

@@ -53,6 +53,7 @@ another cap). Parameters are never cloned.
 
 from __future__ import annotations
 
+import functools
 import math
 from itertools import chain
 
@@ -62,10 +63,12 @@ from spectrakit._checks import check_choice, check_int, check_scalar
 from spectrakit.optim.bases import BASES, Work, state_dtype
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
+    LMO_POSTS,
     POST_TRANSFORMS,
     PRE_TRANSFORMS,
     SCALES,
     matrix_shape,
+    post_kwargs,
     update_scale,
     vector_clip_factors,
     workspace_numel,
@@ -121,7 +124,8 @@ class Spectra(torch.optim.Optimizer):
         post: post-transform of the matrix directions, one of ``"soft_clip"`` (SPECTRA, default),
             ``"soft_clip_ns"`` (the paper's Newton-Schulz SSC), ``"soft_clip_exact"``, ``"hard_clip"``
             (exact SVD), ``"hardcap"``, ``"orthogonalize"``, ``"newton_schulz5"`` (Muon), ``"global_clip"``
-            (Frobenius), ``"none"`` (see :mod:`spectrakit.optim.transforms`).
+            (Frobenius), ``"spectral_lmo"``, ``"linf_fw"`` (regularised Frank–Wolfe steps, below),
+            ``"none"`` (see :mod:`spectrakit.optim.transforms`).
         lr: learning rate >= 0 (any ``torch.optim.lr_scheduler`` may change it).
         weight_decay: decoupled weight decay ``wd`` >= 0 (applied as ``(1 - lr wd)``).
         c: clip threshold > 0 of the post-transform (ignored by ``orthogonalize``/``none``).
@@ -152,6 +156,16 @@ class Spectra(torch.optim.Optimizer):
             least ``MIN_BATCH_NUMEL`` = 2^20), so the peak extra memory of a step is about one copy of
             the largest parameter (the 12-24 matrices of one transformer weight type still form 1-4
             batches).
+        regularizer, b, p: the regularised Frank–Wolfe post-transforms (Jiang, Semenov & Stich 2026, §3.1):
+            ``post="spectral_lmo"`` maps every singular value ``s`` of the direction to the minimiser
+            ``s*`` of ``-s x + psi(x)`` over ``[0, c]`` for ``regularizer`` ``"frobenius"``
+            (``psi = b/2 x^2``, ``s* = min(s/b, c)``), ``"nuclear"`` (``b x``: ``c [s > b]``), ``"schatten"``
+            (``b/p x^p``, ``p > 1`` with ``1/(p-1)`` a multiple of 1/16: ``min((s/b)^(1/(p-1)), c)``) or
+            ``"entropy"`` (``b (x log x - x)``: ``min(exp(s/b), c)``) (:func:`spectrakit.linalg.spectral_lmo`);
+            ``post="linf_fw"`` is the l_inf-regularised step ``(||U||_1/b) clip^sp_{bc/||U||_1}(sign(U))``
+            (Signum with a post spectral clip; use a momentum base such as ``"sgd"``, not ``"signum"``, whose
+            direction is already a sign). ``b`` > 0 finite; ignored by the other post-transforms. The radius
+            is ``c`` with its schedule, so ``||delta W||_2 <= lr alpha c`` (without weight decay).
         **base_kwargs: hyperparameters of the base direction (e.g. ``betas``, ``eps``, ``momentum``,
             ``nesterov``, ``dampening``, ``alpha``, ``gamma``); unknown names raise TypeError.
 
@@ -185,6 +199,9 @@ class Spectra(torch.optim.Optimizer):
         vector_clip: bool | str = False,
         peak_lr: float | None = None,
         max_batch_numel: int | None = None,
+        regularizer: str = "frobenius",
+        b: float = 1.0,
+        p: float | None = None,
         **base_kwargs,
     ):
         check_choice(base, "base", BASES)
@@ -211,6 +228,9 @@ class Spectra(torch.optim.Optimizer):
             vector_clip=vector_clip,
             peak_lr=peak_lr,
             max_batch_numel=max_batch_numel,
+            regularizer=regularizer,
+            b=b,
+            p=p,
             **BASES[base].defaults,
         )
         defaults.update(base_kwargs)
@@ -290,6 +310,11 @@ class Spectra(torch.optim.Optimizer):
             check_choice(group["scale"], "scale", SCALES)
         else:
             check_scalar(group["scale"], "scale", low=0.0, low_inclusive=False, allow_tensor=False)
+        if group["post"] in LMO_POSTS:
+            from spectrakit.linalg.lmo import check_lmo_args
+
+            kw = post_kwargs(group, group["post"])
+            check_lmo_args(kw.get("regularizer", "frobenius"), kw["b"], group["c"], kw.get("p"))
         BASES[group["base"]].validate(group)
 
     @property
@@ -455,6 +480,7 @@ class Spectra(torch.optim.Optimizer):
         for b in batches:
             fn = POST_TRANSFORMS[b["post"]]
             fn = getattr(fn, "inplace", fn)  # the in-place variant where one exists (may overwrite U)
+            fn = functools.partial(fn, **b["post_kwargs"]) if fn is not None and b.get("post_kwargs") else fn
             out.append(b["U"] if fn is None else fn(b["U"], b["c"], b["steps"], b["dtype"]))
         return out
 
@@ -591,7 +617,7 @@ class Spectra(torch.optim.Optimizer):
             elif kind == "matrix":
                 upd = self._post_transform_groups(
                     [{"U": buf, "params": params, "stage": "post", "post": post, "c": c_k,
-                      "steps": group["post_steps"], "dtype": post_dtype}]
+                      "steps": group["post_steps"], "dtype": post_dtype, "post_kwargs": post_kwargs(group, post)}]
                 )[0]  # the work tensor or a fresh output: ours to modify
             else:
                 w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), c_k))

@@ -28,6 +28,11 @@ optimizer calls it once per (shape, dtype) batch. Names:
   normalize="frobenius")``; ``newton_schulz5_spectral``: the same quintic from linalg's spectral-bound
   start (``linalg.msign(schedule="muon")``);
 - ``global_clip``: ``U -> U min(1, c / ||U||_F)`` (global clipping ``clip^g_c``, seed 000 §2);
+- ``spectral_lmo``: ``s -> s*(s)`` of the regularised Frank–Wolfe subproblem over the spectral ball of
+  radius ``c`` with the group's ``regularizer`` (``"frobenius"``, ``"nuclear"``, ``"schatten"`` with ``p``,
+  ``"entropy"``) and strength ``b`` (Jiang, Semenov & Stich 2026, §3.1, App. E.3; ``linalg.spectral_lmo``);
+- ``linf_fw``: ``(||U||_1 / b) clip^sp_{b c / ||U||_1}(sign(U))``, the approximate Frank–Wolfe step of the
+  l_inf-regularised subproblem (Signum with a post spectral clip, §3.1); give it the momentum, not its sign;
 - ``none``: identity.
 
 (``U = P diag(s) Q^T``; the singular vectors are kept.) ``spectrakit.linalg`` is imported lazily,
@@ -153,6 +158,41 @@ def _newton_schulz5_spectral(U, c, steps=None, dtype=None):
         return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype)
 
 
+def _spectral_lmo(U, c, steps=None, dtype=None, *, regularizer="frobenius", b=1.0, p=None):
+    """``-spectral_lmo(U, regularizer, b=b, radius=c, p=p)``: the regularised Frank–Wolfe direction over the
+    spectral ball of radius ``c`` (Jiang, Semenov & Stich 2026, §3.1 / App. E.3), ``U diag(s*(s)) V^T`` with
+    ``s* <= c`` (``linalg.spectral_lmo``'s polar route)."""
+    with no_value_checks():
+        return -_linalg().spectral_lmo(U, regularizer, b=b, radius=c, p=p, steps=steps, dtype=dtype)
+
+
+def _linf_fw(U, c, steps=None, dtype=None, *, b=1.0, **_):
+    """Approximate Frank–Wolfe step for the l_inf-regularised subproblem (Jiang, Semenov & Stich 2026, §3.1):
+    ``(||U||_1 / b) clip^sp_t(sign(U))`` with ``t = b c / ||U||_1`` (entrywise l1 norm per matrix), i.e. the
+    spectral-ball projection of the unconstrained minimiser ``-(||U||_1 / b) sign(U)`` of
+    ``<U, X> + b/2 ||X||_inf^2``; spectral norm ``<= c``. Exact when ``||sign(U)||_2 <= t``. The threshold is
+    a per-matrix tensor (no host sync)."""
+    l1 = U.abs().sum(dim=(-2, -1))
+    tiny = torch.finfo(torch.float32).tiny
+    thr = (b * c) / l1.float().clamp_min(tiny)
+    with no_value_checks():
+        capped = _linalg().spectral_hardcap(torch.sign(U), thr, steps=steps, dtype=dtype)
+    return capped * (l1 / b).to(U.dtype)[..., None, None]
+
+
+# post-transforms that take the group's ``regularizer``, ``b``, ``p`` (see :func:`post_kwargs`)
+LMO_POSTS = ("spectral_lmo", "linf_fw")
+
+
+def post_kwargs(group: dict, post: str) -> dict:
+    """Extra keyword arguments of post-transform ``post`` from a param group (empty for most transforms)."""
+    if post == "spectral_lmo":
+        return {"regularizer": group.get("regularizer", "frobenius"), "b": group.get("b", 1.0), "p": group.get("p")}
+    if post == "linf_fw":
+        return {"b": group.get("b", 1.0)}
+    return {}
+
+
 POST_TRANSFORMS: dict[str, Callable | None] = {
     "soft_clip": _soft_clip_fast,
     "soft_clip_accurate": _soft_clip_accurate,
@@ -165,6 +205,8 @@ POST_TRANSFORMS: dict[str, Callable | None] = {
     "newton_schulz5": _newton_schulz5,
     "newton_schulz5_spectral": _newton_schulz5_spectral,
     "global_clip": global_clip,
+    "spectral_lmo": _spectral_lmo,
+    "linf_fw": _linf_fw,
     "none": None,
 }
 # transforms that use the threshold c (the others ignore it)

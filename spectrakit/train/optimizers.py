@@ -44,6 +44,7 @@ class OptimizerSpec:
 _ADAM = {"betas": (0.8, 0.999)}
 _SIGNUM = {"momentum": 0.95, "nesterov": True}
 _ADEMAMIX = {"betas": (0.9, 0.999, 0.999), "alpha": 8.0}
+_LMO = {"post": "spectral_lmo"}
 
 OPTIMIZERS: dict[str, OptimizerSpec] = {
     "adamw": OptimizerSpec("spectrakit.optim:AdamW", _ADAM, 3e-3),
@@ -59,6 +60,15 @@ OPTIMIZERS: dict[str, OptimizerSpec] = {
     "muon": OptimizerSpec("spectrakit.optim:Muon", {}, 2e-2, aux_adamw_lr=3e-3),
     "dmuon": OptimizerSpec("spectrakit.optim:DMuon", {}, 3e-3, aux_adamw_lr=0.0),
     "torch-adamw": OptimizerSpec("torch.optim:AdamW", _ADAM, 3e-3),
+    # regularised Frank-Wolfe variants of SPECTRA-Signum (Jiang, Semenov & Stich 2026, §3.1; post="spectral_lmo",
+    # radius c): b set so that the map is active on the singular values of sign(m) (~1-30 for the small
+    # presets); NOT tuned
+    "lmo-nuclear-signum": OptimizerSpec("spectrakit.optim:SpectraSignum", {**_SIGNUM, **_LMO, "regularizer": "nuclear",
+                                        "b": 4.0}, 1e-3, True, "signum"),
+    "lmo-schatten3-signum": OptimizerSpec("spectrakit.optim:SpectraSignum", {**_SIGNUM, **_LMO,
+                                          "regularizer": "schatten", "p": 3.0, "b": 0.1}, 1e-3, True, "signum"),
+    "lmo-entropy-signum": OptimizerSpec("spectrakit.optim:SpectraSignum", {**_SIGNUM, **_LMO, "regularizer": "entropy",
+                                        "b": 4.0}, 1e-3, True, "signum"),
 }
 
 

@@ -1,4 +1,4 @@
-"""spectral_lmo against a float64 numpy SVD oracle, the objective it minimises, and argument errors."""
+"""spectral_lmo against a float64 numpy SVD oracle (eq. E.3 of Jiang, Semenov & Stich 2026) and brute force."""
 
 import math
 
@@ -7,106 +7,206 @@ import pytest
 import torch
 
 from spectrakit.linalg import spectral_lmo
+from spectrakit.linalg._testing import matrix_with_spectrum, np64, rel_err, spiked, svd_map
 
-MAPS = {
-    "frobenius": lambda s, b, D, p: np.minimum(s / b, D),
-    "nuclear": lambda s, b, D, p: np.where(s > b, D, 0.0),
-    "schatten": lambda s, b, D, p: np.minimum((s / b) ** (1 / (p - 1)), D),
-    "entropy": lambda s, b, D, p: np.minimum(np.exp(np.minimum(s / b, 50.0)), D),
-}
-PSI = {
-    "frobenius": lambda s, b, p: b / 2 * np.sum(s**2),
-    "nuclear": lambda s, b, p: b * np.sum(s),
-    "schatten": lambda s, b, p: b / p * np.sum(s**p),
-    "entropy": lambda s, b, p: b * np.sum(np.where(s > 0, s * np.log(np.maximum(s, 1e-300)), 0.0) - s),
-}
+REGS = [("frobenius", None), ("nuclear", None), ("schatten", 1.5), ("schatten", 3.0), ("schatten", 5.0),
+        ("schatten", 9.0), ("entropy", None)]
+SHAPES = [(24, 40), (40, 24), (32, 32), (3, 16, 24)]
 
 
-def _oracle(G, reg, b, D, p):
-    g = G.double().numpy()
-    U, s, Vh = np.linalg.svd(g, full_matrices=False)
-    return -(U * MAPS[reg](s, b, D, p)[..., None, :]) @ Vh
+def _s_star(s, reg, b, d, p):
+    """Independent numpy form of the per-singular-value minimiser of -s x + psi_1(x) over [0, d]."""
+    s = np.asarray(s, dtype=np.float64)
+    if reg == "frobenius":
+        return np.minimum(s / b, d)
+    if reg == "nuclear":
+        return np.where(s > b, d, 0.0)
+    if reg == "schatten":
+        with np.errstate(divide="ignore"):
+            return np.minimum(np.power(s / b, 1.0 / (p - 1.0)), d)
+    with np.errstate(over="ignore"):
+        return np.minimum(np.exp(s / b), d)
 
 
-def _gen(shape, seed, spread=True):
-    g = torch.Generator().manual_seed(seed)
-    U, _ = torch.linalg.qr(torch.randn(*shape[:-1], shape[-2], generator=g, dtype=torch.float64))
-    V, _ = torch.linalg.qr(torch.randn(*shape[:-2], shape[-1], shape[-1], generator=g, dtype=torch.float64))
-    k = min(shape[-2:])
-    s = torch.logspace(-2, 1, k, dtype=torch.float64) if spread else torch.rand(k, generator=g, dtype=torch.float64)
-    return (U[..., :, :k] * s) @ V[..., :, :k].transpose(-1, -2)
+def _oracle(g, reg, b, d, p):
+    return -svd_map(g, lambda s: _s_star(s, reg, b, d, p))
 
 
-@pytest.mark.parametrize("shape", [(12, 20), (20, 12), (16, 16), (3, 8, 6)], ids=str)
-@pytest.mark.parametrize("reg,p", [("frobenius", None), ("nuclear", None), ("schatten", 3.0), ("schatten", 1.5),
-                                   ("entropy", None)])
-@pytest.mark.parametrize("b,D", [(0.5, 1.0), (2.0, 3.0), (0.05, 0.2)])
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_matches_oracle(shape, reg, p, b, D, dtype):
-    G = _gen(shape, seed=len(shape) * 7 + int(b * 100))
-    s = torch.linalg.svdvals(G)
-    if reg == "nuclear" and ((s - b).abs() < 0.025 * b).any():
-        pytest.skip("a singular value within 2.5% of the step")
-    X = spectral_lmo(G.to(dtype), reg, b=b, radius=D, p=p)
-    assert X.dtype == dtype and X.shape == G.shape
-    ref = _oracle(G.to(dtype), reg, b, D, p)
-    err = np.linalg.norm((X.double().numpy() - ref).reshape(-1)) / max(np.linalg.norm(ref.reshape(-1)), 1e-30)
-    assert err <= (1e-10 if dtype == torch.float64 else 1e-4), err
-    assert torch.linalg.matrix_norm(X.double(), 2).max() <= D * (1 + 1e-6)
+def _psi(x, reg, b, p):
+    s = np.linalg.svd(x, compute_uv=False)
+    if reg == "frobenius":
+        return b / 2 * np.sum(s**2)
+    if reg == "nuclear":
+        return b * np.sum(s)
+    if reg == "schatten":
+        return b / p * np.sum(s**p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return b * np.sum(np.where(s > 0, s * np.log(np.where(s > 0, s, 1.0)) - s, 0.0))
 
 
-@pytest.mark.parametrize("reg,p", [("frobenius", None), ("nuclear", None), ("schatten", 3.0), ("entropy", None)])
-def test_minimises_the_regularised_objective(reg, p):
-    """Brute force: no random point of the ball does better than X*."""
-    G = _gen((6, 9), seed=3, spread=False) * 3
-    b, D = 0.7, 1.5
-    X = spectral_lmo(G, reg, b=b, radius=D, p=p).numpy()
+def _err(out, ref, d):
+    """Frobenius error relative to ``max(||X*||_F, D)`` (X* may be 0, e.g. nuclear with ``b > s_max``)."""
+    return float(np.linalg.norm(np64(out) - ref) / max(np.linalg.norm(ref), d))
 
-    def objective(Y):
-        return float(np.sum(G.numpy() * Y) + PSI[reg](np.linalg.svd(Y, compute_uv=False), b, p))
 
-    best = objective(X)
+def _matrix(shape, kind, gen):
+    m, n = shape[-2:]
+    batch = shape[:-2]
+    mats = []
+    for _ in range(math.prod(batch) if batch else 1):
+        if kind == "spike":
+            mats.append(spiked(m, n, 1e3, gen=gen))
+        elif kind == "logspec":  # 4 decades
+            mats.append(matrix_with_spectrum(m, n, torch.logspace(0, -4, min(m, n)), gen=gen) * 7.0)
+        else:
+            mats.append(torch.randn(m, n, dtype=torch.float64, generator=gen))
+    return torch.stack(mats).reshape(*shape)
+
+
+def _away(g, b):
+    """Move b to the middle of the gap between the singular values around it if one is within 2.5%."""
+    s = np.sort(np.linalg.svd(np64(g), compute_uv=False).ravel())
+    if np.min(np.abs(s - b)) > 0.025 * b:
+        return b
+    i = int(np.argmin(np.abs(s - b)))
+    lo, hi = (s[i - 1], s[i]) if i > 0 else (s[i] / 2, s[i])
+    cand = [math.sqrt(lo * hi)] + ([math.sqrt(s[i] * s[i + 1])] if i + 1 < len(s) else [s[i] * 1.5])
+    return max(cand, key=lambda c: np.min(np.abs(s - c)) / c)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("reg,p", REGS, ids=[f"{r}{p or ''}" for r, p in REGS])
+def test_polar_matches_svd_oracle_fp32_fp64(reg, p, shape):
+    gen = torch.Generator().manual_seed(hash((reg, p, shape)) % 1000)
+    for kind in ("gauss", "spike", "logspec"):
+        g = _matrix(shape, kind, gen)
+        sv = np.linalg.svd(np64(g), compute_uv=False)
+        smax = float(sv.max())
+        # documented: beyond 4 decades the polar factor resolves the smallest singular values only partly,
+        # which the maps amplifying small values inherit (s^q with q < 1; entropy maps s -> 0 to min(1, D) > 0)
+        wide = float(sv.min()) < 1e-4 * smax
+        wide_span = wide and reg == "schatten" and p > 2
+        if wide and reg == "entropy":
+            wide_span, tol_wide = True, 0.1
+        else:
+            tol_wide = 2e-2
+        for rel_b in (1e-3, 0.1, 2.0):
+            b = smax * rel_b
+            if reg == "nuclear":
+                b = _away(g, b)
+            for d in (0.5, 3.0, 100.0):
+                ref = _oracle(g, reg, b, d, p)
+                tols = (tol_wide if wide_span else 1e-3, 1e-3 if wide_span else 2e-5)
+                for dt, tol in zip((torch.float32, torch.float64), tols):
+                    out = spectral_lmo(g.to(dt), reg, b=b, radius=d, p=p)
+                    assert out.dtype == dt and out.shape == g.shape
+                    assert _err(out, ref, d) <= tol, (kind, rel_b, d, dt)
+
+
+@pytest.mark.parametrize("reg,p", REGS, ids=[f"{r}{p or ''}" for r, p in REGS])
+def test_exact_route_and_non_dyadic_p(reg, p):
+    gen = torch.Generator().manual_seed(3)
+    g = _matrix((2, 12, 20), "gauss", gen)
+    for b, d in ((0.3, 2.0), (4.0, 0.7)):
+        assert rel_err(spectral_lmo(g, reg, b=b, radius=d, p=p, method="exact"), _oracle(g, reg, b, d, p)) < 1e-12
+    if reg == "schatten":  # p = 4 (q = 1/3) only on the exact route
+        out = spectral_lmo(g.float(), "schatten", b=0.5, radius=2.0, p=4.0, method="exact")
+        assert rel_err(out, _oracle(g, "schatten", 0.5, 2.0, 4.0)) < 1e-6
+        with pytest.raises(ValueError, match="method='exact'"):
+            spectral_lmo(g, "schatten", b=0.5, radius=2.0, p=4.0)
+
+
+@pytest.mark.parametrize("reg,p", REGS, ids=[f"{r}{p or ''}" for r, p in REGS])
+def test_bf16(reg, p):
+    gen = torch.Generator().manual_seed(4)
+    g = _matrix((2, 24, 40), "spike", gen)
+    b = _away(g, 0.5) if reg == "nuclear" else 0.5
+    ref = _oracle(g, reg, b, 3.0, p)
+    out = spectral_lmo(g.float(), reg, b=b, radius=3.0, p=p, dtype=torch.bfloat16)
+    assert out.dtype == torch.float32 and _err(out, ref, 3.0) <= 3e-2
+    gb = g.bfloat16()  # the input's own rounding is not the function's error
+    out = spectral_lmo(gb, reg, b=b, radius=3.0, p=p)
+    ref = _oracle(gb.double(), reg, b, 3.0, p)
+    assert out.dtype == torch.bfloat16 and _err(out, ref, 3.0) <= 3e-2
+
+
+@pytest.mark.parametrize("reg,p", REGS, ids=[f"{r}{p or ''}" for r, p in REGS])
+def test_minimises_the_objective_brute_force(reg, p):
+    """X* beats random points of the ball and small feasible perturbations of itself (checks eq. E.3 itself)."""
+    gen = torch.Generator().manual_seed(5)
+    g = torch.randn(6, 9, dtype=torch.float64, generator=gen)
+    b, d = 0.8, 1.5
+    x = np64(spectral_lmo(g, reg, b=b, radius=d, p=p, method="exact"))
+    gn = np64(g)
+    f_star = np.sum(gn * x) + _psi(x, reg, b, p)
+    assert np.linalg.norm(x, 2) <= d * (1 + 1e-12)
     rng = np.random.default_rng(0)
-    for _ in range(2000):
-        Y = rng.standard_normal((6, 9))
-        Y *= D * rng.uniform() ** 0.5 / np.linalg.norm(Y, 2)
-        assert best <= objective(Y) + 1e-9
-    # and no better than small perturbations of itself that stay in the ball
-    for _ in range(200):
-        Y = X + 1e-3 * rng.standard_normal(X.shape)
-        if np.linalg.norm(Y, 2) <= D:
-            assert best <= objective(Y) + 1e-9
+    for k in range(300):
+        y = rng.standard_normal(gn.shape) if k < 150 else x + 0.05 * rng.standard_normal(gn.shape)
+        u, s, vh = np.linalg.svd(y, full_matrices=False)
+        y = (u * np.minimum(s if k >= 150 else s / s.max() * d * rng.random(), d)) @ vh  # into the ball
+        assert f_star <= np.sum(gn * y) + _psi(y, reg, b, p) + 1e-9
 
 
-def test_rank_deficient_and_empty():
-    G = torch.zeros(4, 6, dtype=torch.float64)
-    G[0, 0] = 2.0
-    for reg in ("frobenius", "nuclear", "schatten"):
-        X = spectral_lmo(G, reg, b=1.0, radius=1.0, p=2.0)
-        assert torch.allclose(X, -torch.where(G > 0, torch.ones_like(G), torch.zeros_like(G)))
-    X = spectral_lmo(G, "entropy", b=1.0, radius=0.5)  # zero singular values map to min(1, D) = 0.5
-    assert torch.allclose(torch.linalg.svdvals(X), torch.full((4,), 0.5, dtype=torch.float64))
-    assert spectral_lmo(torch.zeros(0, 3), "nuclear", b=1.0, radius=1.0).shape == (0, 3)
+def test_nuclear_step_at_the_threshold_and_rank_deficient_entropy():
+    gen = torch.Generator().manual_seed(6)
+    s = torch.tensor([3.0, 2.0, 1.0, 0.5])
+    g = matrix_with_spectrum(8, 12, s, gen=gen)
+    # s = b exactly: the polar route gives that direction a value in [0, D] (how the sign iteration resolves a
+    # rounding-level gap), every other direction its exact value; the exact route gives 0 (the paper's case)
+    u, _, vh = np.linalg.svd(np64(g), full_matrices=False)
+    for dt in (torch.float32, torch.float64):
+        out = -np64(spectral_lmo(g.to(dt), "nuclear", b=2.0, radius=1.0))
+        core = u.T @ out @ vh.T
+        np.testing.assert_allclose(np.diag(core)[[0, 2, 3]], [1.0, 0.0, 0.0], atol=1e-4)
+        assert -1e-4 <= core[1, 1] <= 1.0 + 1e-4
+        assert np.abs(core - np.diag(np.diag(core))).max() < 1e-4
+    assert rel_err(spectral_lmo(g, "nuclear", b=2.0, radius=1.0, method="exact"),
+                   -svd_map(g, lambda x: np.where(x > 2.0 + 1e-9, 1.0, 0.0))) < 1e-9
+    # rank 4 of 8: entropy s*(0) = min(1, D) > 0 on the exact route (SVD completion), 0 on the polar route
+    b, d = 1.0, 5.0
+    exact = np64(spectral_lmo(g, "entropy", b=b, radius=d, method="exact"))
+    sv = np.linalg.svd(exact, compute_uv=False)
+    expect = np.r_[np.minimum(np.exp(s.double().numpy() / b), d), [1.0] * 4]
+    np.testing.assert_allclose(np.sort(sv), np.sort(expect), 1e-9)
+    polar = spectral_lmo(g, "entropy", b=b, radius=d)
+    assert rel_err(polar, -svd_map(g, lambda x: np.where(x > 1e-9, np.minimum(np.exp(x / b), d), 0.0))) < 1e-5
+    # the exact route's objective is the optimum; the polar one is the optimum over the range of G
+    gn = np64(g)
+
+    def obj(x):
+        return np.sum(gn * x) + _psi(x, "entropy", b, None)
+
+    f_exact, f_polar = obj(exact), obj(np64(polar))
+    assert f_polar - f_exact == pytest.approx(4 * b, rel=1e-4)  # 4 x (-psi_1(1)) = 4b
+    # fp32: the rounding-level singular values of the null space are partly resolved: in between
+    f32 = obj(np64(spectral_lmo(g.float(), "entropy", b=b, radius=d)))
+    assert f_exact - 1e-4 <= f32 <= f_polar + 1e-4
 
 
-def test_bf16_input():
-    G = _gen((16, 24), seed=5).to(torch.bfloat16)
-    X = spectral_lmo(G, "frobenius", b=0.5, radius=1.0)
-    ref = torch.from_numpy(_oracle(G.float(), "frobenius", 0.5, 1.0, None))
-    assert X.dtype == torch.bfloat16 and (X.double() - ref).norm() / ref.norm() < 1e-2
+def test_zero_and_empty_input():
+    z = torch.zeros(5, 7)
+    for reg, p in REGS:
+        assert torch.equal(spectral_lmo(z, reg, b=1.0, radius=2.0, p=p), torch.zeros(5, 7))
+    assert spectral_lmo(torch.zeros(0, 4), "nuclear", b=1.0, radius=1.0).shape == (0, 4)
 
 
-@pytest.mark.parametrize("kwargs,match", [
+@pytest.mark.parametrize("kw,match", [
     (dict(regularizer="l1", b=1.0, radius=1.0), "regularizer"),
-    (dict(regularizer="nuclear", b=0.0, radius=1.0), "b"),
-    (dict(regularizer="nuclear", b=math.inf, radius=1.0), "b"),
-    (dict(regularizer="nuclear", b=1.0, radius=-1.0), "radius"),
-    (dict(regularizer="nuclear", b=1.0, radius=math.nan), "radius"),
-    (dict(regularizer="schatten", b=1.0, radius=1.0), "p"),
-    (dict(regularizer="schatten", b=1.0, radius=1.0, p=1.0), "p"),
+    (dict(regularizer="nuclear", b=0.0, radius=1.0), "b must"),
+    (dict(regularizer="nuclear", b=float("inf"), radius=1.0), "b must"),
+    (dict(regularizer="nuclear", b=1.0, radius=-1.0), "radius must"),
+    (dict(regularizer="nuclear", b=1.0, radius=float("inf")), "radius must"),
+    (dict(regularizer="schatten", b=1.0, radius=1.0), "p is required"),
+    (dict(regularizer="schatten", b=1.0, radius=1.0, p=1.0), "p must"),
+    (dict(regularizer="schatten", b=1.0, radius=1.0, p=float("nan")), "p must"),
+    (dict(regularizer="entropy", b=1.0, radius=1.0, p=3.0), "only used"),
+    (dict(regularizer="nuclear", b=1.0, radius=1.0, method="svd"), "method"),
 ])
-def test_bad_arguments(kwargs, match):
+def test_bad_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
-        spectral_lmo(torch.randn(3, 4), **kwargs)
+        spectral_lmo(torch.randn(3, 4), **kw)
     with pytest.raises(TypeError):
-        spectral_lmo(torch.ones(3, 4, dtype=torch.int64), "nuclear", b=1.0, radius=1.0)
+        spectral_lmo(torch.randn(3, 4), "nuclear", b="1", radius=1.0)
+    with pytest.raises(ValueError):
+        spectral_lmo(torch.full((3, 4), float("nan")), "nuclear", b=1.0, radius=1.0)
