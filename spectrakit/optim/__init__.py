@@ -7,9 +7,12 @@
 - Presets (thin subclasses setting ``base``/``post``/``scale`` defaults): ``SpectraAdamW``,
   ``SpectraSignum``, ``SpectraSGD``, ``SpectraAdEMAMix``, ``SpectraMARS``, ``SpectraLion``, and the
   baselines ``AdamW``, ``Signum``, ``SGD``, ``AdEMAMix``, ``MARS``, ``Lion``, ``Muon``, ``DMuon``.
+- :func:`param_groups`: the parameter groups of any ``nn.Module`` (which parameters get the spectral update,
+  which the AdamW side groups), with a readable summary (:func:`print_param_groups`).
 """
 
 from spectrakit.optim.bases import BASES
+from spectrakit.optim.param_groups import ParamGroups, param_group_table, param_groups, print_param_groups
 from spectrakit.optim.presets import (
     MARS,
     SGD,
@@ -36,6 +39,10 @@ __all__ = [
     "Spectra",
     "clip_threshold",
     "make_schedule",
+    "param_groups",
+    "ParamGroups",
+    "param_group_table",
+    "print_param_groups",
     "update_scale",
     "SpectraAdamW",
     "SpectraSignum",
