@@ -102,6 +102,8 @@ class ParamGroups(list):
         defaults = {}
         if isinstance(self.optimizer, type):
             defaults = dict(getattr(self.optimizer, "preset", {}))
+            if _is_muon(self.optimizer):
+                defaults.setdefault("post", "newton_schulz5")
         return param_group_table(self, defaults=defaults, names=self.names, kinds=self.kinds)
 
     def __str__(self) -> str:

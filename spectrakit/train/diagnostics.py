@@ -94,6 +94,22 @@ def _lr_wd(optimizer: torch.optim.Optimizer) -> dict[int, tuple[float, float]]:
     }
 
 
+class _HookContext:
+    """The ``ctx`` (model, optimizer, step) the callbacks read, for :meth:`SpectralDiagnostics.attach`."""
+
+    def __init__(self, model, optimizer, step: int) -> None:
+        self.model, self.optimizer, self.step = model, optimizer, step
+
+
+class _Handles:
+    def __init__(self, *handles) -> None:
+        self.handles = handles
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
 class SpectralDiagnostics:
     """Training-loop callback recording the quantities in the module docstring.
 
@@ -143,6 +159,26 @@ class SpectralDiagnostics:
                     self._save_spectrum(
                         ctx.step, name, "grad", torch.linalg.svdvals(matrix_view(p.grad)).cpu()
                     )
+
+    def attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, start_step: int = 0):
+        """Record from any training loop (Hugging Face ``Trainer``, Lightning, a plain loop): registers
+        ``optimizer.register_step_pre_hook``/``register_step_post_hook`` so that every ``optimizer.step()``
+        calls :meth:`before_step`/:meth:`after_step` at the active steps; the step counter starts at
+        ``start_step`` (>= 0) and counts ``optimizer.step()`` calls. Returns a handle whose ``remove()``
+        detaches both hooks. Under FSDP2 every rank must attach (the norms gather the shards)."""
+        check_int(start_step, "start_step", low=0)
+        ctx = _HookContext(model, optimizer, start_step)
+
+        def pre(_opt, _args, _kwargs):
+            if self.active(ctx.step):
+                self.before_step(ctx)
+
+        def post(_opt, _args, _kwargs):
+            if self.active(ctx.step):
+                self.after_step(ctx)
+            ctx.step += 1
+
+        return _Handles(optimizer.register_step_pre_hook(pre), optimizer.register_step_post_hook(post))
 
     def after_step(self, ctx) -> None:
         params = _matrix_params(ctx.model)
