@@ -188,7 +188,8 @@ class SpectralDiagnostics:
             lr, wd = lr_wd.get(id(p), (1.0, 0.0))
             before = matrix_view(self._before[id(p)])
             weights.append(matrix_view(p))
-            updates.append(((1 - lr * wd) * before - weights[-1]) / lr)
+            # lr = 0 (e.g. step 0 of a warm-up from zero): the step is zero, report ||U|| = 0, not NaN
+            updates.append(((1 - lr * wd) * before - weights[-1]) / (lr or 1.0))
         w_sn, u_sn = batched_spectral_norms(weights), batched_spectral_norms(updates)
         fro = torch.stack([torch.linalg.matrix_norm(w) for w in weights]).tolist()
         linf = torch.stack([w.abs().max() for w in weights]).tolist()
