@@ -87,4 +87,5 @@ if args.ckpt:
     dcp.save(state, checkpoint_id=args.ckpt)
     if rank == 0:
         print(f"saved {os.path.abspath(args.ckpt)}")
+dist.barrier()  # no rank tears down gloo while another is still in a collective
 dist.destroy_process_group()
