@@ -42,7 +42,7 @@ def test_wheel_builds_installs_and_imports(tmp_path):
     (wheel,) = dist.glob("spectrakit-*.whl")
     assert wheel.name.startswith(f"spectrakit-{spectrakit.__version__}-")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "spectrakit/py.typed" in names and "spectrakit/optim/param_groups.py" in names
+    assert "spectrakit/py.typed" in names and "spectrakit/optim/groups.py" in names
     assert not any(n.startswith(("tests/", "examples/")) for n in names)
 
     venv = tmp_path / "venv"

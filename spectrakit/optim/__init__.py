@@ -12,7 +12,8 @@
 """
 
 from spectrakit.optim.bases import BASES
-from spectrakit.optim.param_groups import ParamGroups, param_group_table, param_groups, print_param_groups
+from spectrakit.optim.groups import ParamGroups as ParamGroups  # a list of groups, not an optimizer
+from spectrakit.optim.groups import param_group_table, param_groups, print_param_groups
 from spectrakit.optim.presets import (
     MARS,
     SGD,
@@ -40,7 +41,6 @@ __all__ = [
     "clip_threshold",
     "make_schedule",
     "param_groups",
-    "ParamGroups",
     "param_group_table",
     "print_param_groups",
     "update_scale",

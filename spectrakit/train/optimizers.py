@@ -10,7 +10,8 @@ the untied embedding and head, as in the reference code of seed 000 — gets wei
 variants, the post soft spectral clip with ``alpha = max(1, sqrt(m/n))`` (``sqrt(vocab/d)`` for the
 embedding/head, reproducing the reference code); 1-D parameters (RMSNorm gains) get no weight decay.
 For ``muon``/``dmuon`` the embedding, head and 1-D parameters form groups updated by plain AdamW
-(``base="adamw", post="none"``, betas (0.8, 0.999), Table F.15), as Muon is meant for hidden matrices.
+(``base="adamw", post="none", scale="none"``, betas (0.8, 0.999), Table F.15), as Muon is meant for hidden
+matrices.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import torch
 from torch import nn
 
 from spectrakit._checks import check_choice, check_int, check_scalar
-from spectrakit.optim.param_groups import classify
-from spectrakit.optim.param_groups import param_groups as public_param_groups
+from spectrakit.optim.groups import classify
+from spectrakit.optim.groups import param_groups as public_param_groups
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,7 @@ def resolve_class(name: str) -> type:
 
 def is_embedding_like(name: str, p: torch.Tensor, model: nn.Module) -> bool:
     """Whether parameter ``name`` is an embedding table (of an ``nn.Embedding``) or the LM output head
-    (kinds ``"embedding"``/``"head"`` of :func:`spectrakit.optim.param_groups.classify`)."""
+    (kinds ``"embedding"``/``"head"`` of :func:`spectrakit.optim.groups.classify`)."""
     return any(q is p and kind in ("embedding", "head") for _, q, kind in classify(model))
 
 
