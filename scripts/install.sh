@@ -4,7 +4,8 @@
 #   asks for the CPU build: PyTorch's CPU wheel index is added as an extra index, so pip picks
 #   torch 2.13.0+cpu from there and still finds everything else, and a machine that cannot reach that index
 #   (a local mirror, an offline wheel folder) gets torch from its configured index instead;
-# - spectrakit itself (editable) with its test tools;
+# - spectrakit itself (editable) with its test tools and the frameworks of examples/ (transformers, accelerate,
+#   lightning);
 # - Debian's Fashion-MNIST (real images for the conv experiment), when apt-get is available.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +22,8 @@ else
         --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" 2>/dev/null \
         || "$PY" -m pip install --quiet "torch==2.13.0"
 fi
-say "installing spectrakit (editable) and its test tools"
-"$PY" -m pip install --quiet -e ".[test]"
+say "installing spectrakit (editable), its test tools and the frameworks of examples/ (about 20 s)"
+"$PY" -m pip install --quiet -e ".[test,examples]"
 if [ -d /usr/share/datasets/fashion-mnist ]; then
     say "Fashion-MNIST found in /usr/share/datasets/fashion-mnist"
 elif command -v apt-get >/dev/null 2>&1; then

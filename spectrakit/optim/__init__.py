@@ -7,9 +7,13 @@
 - Presets (thin subclasses setting ``base``/``post``/``scale`` defaults): ``SpectraAdamW``,
   ``SpectraSignum``, ``SpectraSGD``, ``SpectraAdEMAMix``, ``SpectraMARS``, ``SpectraLion``, and the
   baselines ``AdamW``, ``Signum``, ``SGD``, ``AdEMAMix``, ``MARS``, ``Lion``, ``Muon``, ``DMuon``.
+- :func:`param_groups`: the parameter groups of any ``nn.Module`` (which parameters get the spectral update,
+  which the AdamW side groups), with a readable summary (:func:`print_param_groups`).
 """
 
 from spectrakit.optim.bases import BASES
+from spectrakit.optim.groups import ParamGroups as ParamGroups  # a list of groups, not an optimizer
+from spectrakit.optim.groups import param_group_table, param_groups, print_param_groups
 from spectrakit.optim.presets import (
     MARS,
     SGD,
@@ -36,6 +40,9 @@ __all__ = [
     "Spectra",
     "clip_threshold",
     "make_schedule",
+    "param_groups",
+    "param_group_table",
+    "print_param_groups",
     "update_scale",
     "SpectraAdamW",
     "SpectraSignum",

@@ -94,6 +94,22 @@ def _lr_wd(optimizer: torch.optim.Optimizer) -> dict[int, tuple[float, float]]:
     }
 
 
+class _HookContext:
+    """The ``ctx`` (model, optimizer, step) the callbacks read, for :meth:`SpectralDiagnostics.attach`."""
+
+    def __init__(self, model, optimizer, step: int) -> None:
+        self.model, self.optimizer, self.step = model, optimizer, step
+
+
+class _Handles:
+    def __init__(self, *handles) -> None:
+        self.handles = handles
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
 class SpectralDiagnostics:
     """Training-loop callback recording the quantities in the module docstring.
 
@@ -159,6 +175,26 @@ class SpectralDiagnostics:
                         ctx.step, name, "grad", torch.linalg.svdvals(matrix_view(p.grad)).cpu()
                     )
 
+    def attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, start_step: int = 0):
+        """Record from any training loop (Hugging Face ``Trainer``, Lightning, a plain loop): registers
+        ``optimizer.register_step_pre_hook``/``register_step_post_hook`` so that every ``optimizer.step()``
+        calls :meth:`before_step`/:meth:`after_step` at the active steps; the step counter starts at
+        ``start_step`` (>= 0) and counts ``optimizer.step()`` calls. Returns a handle whose ``remove()``
+        detaches both hooks. Under FSDP2 every rank must attach (the norms gather the shards)."""
+        check_int(start_step, "start_step", low=0)
+        ctx = _HookContext(model, optimizer, start_step)
+
+        def pre(_opt, _args, _kwargs):
+            if self.active(ctx.step):
+                self.before_step(ctx)
+
+        def post(_opt, _args, _kwargs):
+            if self.active(ctx.step):
+                self.after_step(ctx)
+            ctx.step += 1
+
+        return _Handles(optimizer.register_step_pre_hook(pre), optimizer.register_step_post_hook(post))
+
     def after_step(self, ctx) -> None:
         params = _matrix_params(ctx.model)
         lr_wd = _lr_wd(ctx.optimizer)
@@ -167,7 +203,8 @@ class SpectralDiagnostics:
             lr, wd = lr_wd.get(id(p), (1.0, 0.0))
             before = matrix_view(self._before[id(p)])
             weights.append(matrix_view(p))
-            updates.append(((1 - lr * wd) * before - weights[-1]) / lr)
+            # lr = 0 (e.g. step 0 of a warm-up from zero): the step is zero, report ||U|| = 0, not NaN
+            updates.append(((1 - lr * wd) * before - weights[-1]) / (lr or 1.0))
         w_sn, u_sn = batched_spectral_norms(weights), batched_spectral_norms(updates)
         fro = torch.stack([torch.linalg.matrix_norm(w) for w in weights]).tolist()
         linf = torch.stack([w.abs().max() for w in weights]).tolist()

@@ -10,7 +10,8 @@ the untied embedding and head, as in the reference code of seed 000 — gets wei
 variants, the post soft spectral clip with ``alpha = max(1, sqrt(m/n))`` (``sqrt(vocab/d)`` for the
 embedding/head, reproducing the reference code); 1-D parameters (RMSNorm gains) get no weight decay.
 For ``muon``/``dmuon`` the embedding, head and 1-D parameters form groups updated by plain AdamW
-(``base="adamw", post="none"``, betas (0.8, 0.999), Table F.15), as Muon is meant for hidden matrices.
+(``base="adamw", post="none", scale="none"``, betas (0.8, 0.999), Table F.15), as Muon is meant for hidden
+matrices.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import torch
 from torch import nn
 
 from spectrakit._checks import check_choice, check_int, check_scalar
+from spectrakit.optim.groups import classify
+from spectrakit.optim.groups import param_groups as public_param_groups
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,9 +89,8 @@ def resolve_class(name: str) -> type:
 
 def is_embedding_like(name: str, p: torch.Tensor, model: nn.Module) -> bool:
     """Whether parameter ``name`` is an embedding table (of an ``nn.Embedding``) or the LM output head
-    (a parameter named ``head.weight``/``lm_head.weight``)."""
-    embeds = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    return id(p) in embeds or name.split(".")[-2:-1] in (["head"], ["lm_head"])
+    (kinds ``"embedding"``/``"head"`` of :func:`spectrakit.optim.groups.classify`)."""
+    return any(q is p and kind in ("embedding", "head") for _, q, kind in classify(model))
 
 
 def param_groups(model: nn.Module, weight_decay: float, *, split_embeddings: bool = False) -> list[dict]:
@@ -96,24 +98,10 @@ def param_groups(model: nn.Module, weight_decay: float, *, split_embeddings: boo
     decay); with ``split_embeddings`` the embedding/head matrices (:func:`is_embedding_like`) form a third
     group (``"kind": "embedding"``). Tied parameters appear once. Each group carries ``kind``
     (``"matrix"``, ``"embedding"``, ``"vector"``) and ``names`` (parameter names); empty groups are
-    dropped."""
-    seen, buckets = set(), {"matrix": ([], []), "embedding": ([], []), "vector": ([], [])}
-    for name, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        kind = (
-            "vector"
-            if p.ndim < 2
-            else ("embedding" if split_embeddings and is_embedding_like(name, p, model) else "matrix")
-        )
-        buckets[kind][0].append(p)
-        buckets[kind][1].append(name)
-    groups = [
-        {"params": ps, "names": ns, "kind": k, "weight_decay": 0.0 if k == "vector" else weight_decay}
-        for k, (ps, ns) in buckets.items()
-    ]
-    return [g for g in groups if g["params"]]
+    dropped. Built with :func:`spectrakit.optim.param_groups`."""
+    split = {} if split_embeddings else None
+    groups = public_param_groups(model, embeddings=split, head=split, weight_decay=weight_decay)
+    return [{**g, "names": ns, "kind": k} for g, k, ns in zip(groups, groups.kinds, groups.names)]
 
 
 def build_optimizer(
@@ -177,14 +165,10 @@ def build_optimizer(
     accepted = inspect.signature(cls.__init__).parameters
     if not any(p.kind == p.VAR_KEYWORD for p in accepted.values()):
         kwargs = {k: v for k, v in kwargs.items() if k in accepted}
-    aux = spec.aux_adamw_lr is not None
-    embed_scale = embedding_scale is not None and spec.spectra
-    groups = param_groups(model, weight_decay, split_embeddings=aux or embed_scale)
-    for g in groups:
-        g.pop("names")
-        kind = g.pop("kind")
-        if aux and kind != "matrix":
-            g.update(base="adamw", post="none", betas=(0.8, 0.999), lr=spec.aux_adamw_lr or lr)
-        elif embed_scale and kind == "embedding":
-            g["scale"] = float(embedding_scale)
-    return cls(groups, **kwargs)
+    if spec.aux_adamw_lr is not None:
+        route = dict(embeddings="adamw", head="adamw", vectors="adamw", adamw_lr=spec.aux_adamw_lr or lr)
+    elif embedding_scale is not None and spec.spectra:
+        route = dict(embeddings={"scale": float(embedding_scale)}, head={"scale": float(embedding_scale)})
+    else:
+        route = {}
+    return cls(list(public_param_groups(model, weight_decay=weight_decay, **route)), **kwargs)

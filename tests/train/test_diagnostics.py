@@ -160,3 +160,36 @@ def test_noise_structure_against_manual_gradients(make_model, tokens):
         assert 0 <= row["d_chord"] <= row["d_spec"] + 1e-12
     cb = NoiseStructure([0], lambda step: (signal, samples[:1]), r=2)
     assert cb.active(0) and not cb.active(1)
+
+
+def test_attach_records_from_a_plain_loop(make_model, tokens):
+    """``attach`` (optimizer step hooks) in a hand-written loop records the same rows as the callback path of
+    :func:`train`, at the active steps only, and ``remove()`` stops it; SPECTRA's bound holds."""
+    batches = TokenBatches(tokens[0], 4, 12)
+    model, ref_model = make_model(0, vocab_size=64), make_model(0, vocab_size=64)
+    opt = build_optimizer("spectra-adamw", model, lr=1e-3, c=0.5)
+    ref_opt = build_optimizer("spectra-adamw", ref_model, lr=1e-3, c=0.5)
+    diag, ref = SpectralDiagnostics(every=2), SpectralDiagnostics(every=2)
+    handle = diag.attach(model, opt)
+    for step in range(4):
+        x, y = batches.batch(step)
+        for m, o, cb in ((model, opt, None), (ref_model, ref_opt, ref)):
+            _, loss = m(x, y)
+            loss.backward()
+            ctx = type("Ctx", (), {"model": m, "optimizer": o, "step": step})
+            if cb is not None and cb.active(step):
+                cb.before_step(ctx)
+            o.step()
+            if cb is not None and cb.active(step):
+                cb.after_step(ctx)
+            o.zero_grad()
+    assert [r["step"] for r in diag.rows] == [0, 2] and diag.rows == ref.rows
+    assert diag.layer_rows == ref.layer_rows
+    for r in diag.layer_rows:
+        m, n = dict(model.named_parameters())[r["layer"]].shape
+        assert r["update_sn"] <= max(1.0, math.sqrt(m / n)) * 0.5 * 1.02
+    handle.remove()
+    _, loss = model(*batches.batch(4))
+    loss.backward()
+    opt.step()
+    assert len(diag.rows) == 2

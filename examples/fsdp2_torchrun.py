@@ -1,0 +1,91 @@
+"""SPECTRA with FSDP2 under torchrun: ``fully_shard`` the model, then a plain SPECTRA preset on the sharded
+(DTensor) parameters; checkpoints with ``torch.distributed.checkpoint`` (DCP).
+
+    torchrun --standalone --nproc_per_node=2 examples/fsdp2_torchrun.py --max-steps 200 --ckpt /tmp/ckpt
+    torchrun --standalone --nproc_per_node=4 examples/fsdp2_torchrun.py --max-steps 400 --ckpt /tmp/ckpt --resume
+
+The preset notices the DTensor parameters and becomes ``spectrakit.distributed.sharded(SpectraAdamW)``: each
+matrix's spectral clip is computed once in the job on the gathered matrix, so the result equals single-process
+SPECTRA. The DCP checkpoint is sharded and can be resumed on another number of processes.
+"""
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import fully_shard
+
+from spectrakit.data.batches import TokenBatches
+from spectrakit.data.tokens import prepare
+from spectrakit.models.llama import Llama, LlamaConfig
+from spectrakit.optim import SpectraAdamW, param_groups
+from spectrakit.train.schedules import make_scheduler
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--max-steps", type=int, default=200)
+parser.add_argument("--lr", type=float, default=3e-3)
+parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
+parser.add_argument("--warmup", type=int, default=20)
+parser.add_argument("--batch-size", type=int, default=8, help="per process")
+parser.add_argument("--seq-len", type=int, default=64)
+parser.add_argument("--corpus", default="stdlib", help="an offline corpus name of spectrakit.data")
+parser.add_argument("--data-files", nargs="*", help="text files to train on instead of --corpus")
+parser.add_argument("--ckpt", default=None, help="DCP checkpoint folder, written at the end")
+parser.add_argument("--resume", action="store_true", help="load --ckpt first and continue from its step")
+parser.add_argument("--stop-after", type=int, default=None,
+                    help="stop and checkpoint after this many steps (a preempted job); the schedule spans --max-steps")
+args = parser.parse_args()
+
+dist.init_process_group("gloo")  # "nccl" with one GPU per process (and the model/batches on that GPU)
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)  # the same initial weights on every rank before sharding
+data = prepare(args.corpus, "bytes", files=args.data_files) if rank == 0 else None
+dist.barrier()  # rank 0 tokenises (and caches) the corpus once
+data = data or prepare(args.corpus, "bytes", files=args.data_files)
+model = Llama(LlamaConfig(vocab_size=data.tokenizer.vocab_size, dim=64, n_layers=2, n_heads=4,
+                          max_seq_len=args.seq_len))
+for block in model.blocks:
+    fully_shard(block)
+fully_shard(model)  # parameters are now Shard(0) DTensors
+
+warmup = min(args.warmup, args.max_steps)
+opt = SpectraAdamW(param_groups(model, weight_decay=0.1), lr=args.lr, c=args.c, betas=(0.8, 0.999),
+                   warmup_steps=warmup)
+sched = make_scheduler(opt, total=args.max_steps, warmup=warmup, kind="wsd")
+batches = TokenBatches(data.train, args.batch_size, args.seq_len, seed=0, rank=rank, world_size=world)
+
+start = 0
+if args.resume:
+    model_sd, optim_sd = get_state_dict(model, opt)
+    state = {"model": model_sd, "optim": optim_sd, "sched": sched.state_dict(), "step": torch.tensor(0)}
+    dcp.load(state, checkpoint_id=args.ckpt)
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    sched.load_state_dict(state["sched"])
+    start = int(state["step"])
+    batches.position = start  # continue the data order
+    if rank == 0:
+        print(f"resumed from step {start}")
+
+end = args.max_steps if args.stop_after is None else min(args.stop_after, args.max_steps)
+for step in range(start, end):
+    x, y = batches.next()
+    _, loss = model(x, y)
+    loss.backward()
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    dist.all_reduce(loss := loss.detach(), op=dist.ReduceOp.AVG)
+    if rank == 0:
+        print(f"step {step} loss {loss.item():.4f} ({type(opt).__name__} on {world} processes)")
+
+if args.ckpt:
+    model_sd, optim_sd = get_state_dict(model, opt)
+    state = {"model": model_sd, "optim": optim_sd, "sched": sched.state_dict(), "step": torch.tensor(end)}
+    dcp.save(state, checkpoint_id=args.ckpt)
+    if rank == 0:
+        print(f"saved {os.path.abspath(args.ckpt)}")
+dist.barrier()  # no rank tears down gloo while another is still in a collective
+dist.destroy_process_group()
