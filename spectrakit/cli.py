@@ -85,8 +85,8 @@ def _harden(parser: argparse.ArgumentParser) -> None:
             action.type = device_name
     if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions) and parser.prog != "spectrakit":
         parser.add_argument("--threads", type=positive_int, default=None,
-                            help="CPU threads for torch (default: the cores not busy with other work, from the load "
-                            "average; OMP_NUM_THREADS when set)")
+                            help="CPU threads for torch (default: the cores not busy with other work, measured over "
+                            "0.2 s at start; OMP_NUM_THREADS when set)")
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
