@@ -1,4 +1,5 @@
-"""Spectral norms of convolutional layers (seed 001): the tensor-norm (TN) bound by complex HOPM with warm
+"""Spectral norms of convolutional layers (Grishina, Gorbunov and Rakhuba 2024): the tensor-norm (TN) bound by complex
+HOPM with warm
 starts and an analytic gradient, the F4 bound, exact references (circular FFT, zero-padding power iteration,
 Gram iteration, LipBound), training regularizers and a model Lipschitz report."""
 

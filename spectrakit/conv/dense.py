@@ -1,6 +1,7 @@
 """Dense Jacobian of a small convolution: the ground-truth oracle for tests and examples.
 
-``T`` is the ``(c_out prod(m)) x (c_in prod(n))`` matrix of ``x -> conv(x)`` (seed 001 eq. (1)), built by applying
+``T`` is the ``(c_out prod(m)) x (c_in prod(n))`` matrix of ``x -> conv(x)`` (Grishina, Gorbunov and Rakhuba 2024 eq.
+(1)), built by applying
 the convolution to every basis image; ``||T||_2`` is then its largest singular value (float64 SVD).
 """
 

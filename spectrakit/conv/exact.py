@@ -1,4 +1,5 @@
-"""Input-size dependent references for the spectral norm of a convolution (seed 001 §2, §6.1).
+"""Input-size dependent references for the spectral norm of a convolution (Grishina, Gorbunov and Rakhuba 2024 §2,
+§6.1).
 
 * :func:`exact_circular` (Sedghi et al. 2019): for circular padding on an ``n_1 x .. x n_d`` input the Jacobian
   is block-diagonalised by the DFT, ``||T||_2 = max_f sigma_1(K_hat(f))`` with ``K_hat(f) = sum_a K[:, :, a]
@@ -116,10 +117,11 @@ LIPBOUND_ALPHA = 0.1
 def lipbound(weight, *, samples=None, stride=1, dilation=1, groups: int = 1, spatial_dims: int = 2,
              reduce_groups: bool = True) -> torch.Tensor:
     """Input-size independent upper bound on ``||T||_2`` from the sampled generating function (the approach
-    of LipBound, Araujo et al. 2021, cited in seed 001 §1-2 and Table 1).
+    of LipBound, Araujo et al. 2021, cited in Grishina, Gorbunov and Rakhuba 2024 §1-2 and Table 1).
 
     For any input size and zero or circular padding, ``||T||_2 <= M = sup_w sigma_1(F(w))`` with the
-    matrix-valued trigonometric polynomial ``F(w) = sum_a K[:, :, a] exp(-i <a, w>)`` (Toeplitz theory, seed 001
+    matrix-valued trigonometric polynomial ``F(w) = sum_a K[:, :, a] exp(-i <a, w>)`` (Toeplitz theory, Grishina,
+    Gorbunov and Rakhuba 2024
     §4; strided layers use the kernel ``Q`` of Thm 4.3). ``F`` is evaluated by an FFT on an ``S_1 x .. x S_d``
     grid. Each ``u^H F v`` (unit ``u, v``) is, up to a phase, a trigonometric polynomial of degree
     ``N_i = (k_i - 1) / 2`` on axis ``i``, so Bernstein's inequality bounds its derivative along axis ``i`` by

@@ -1,6 +1,7 @@
 """Turn a convolution (kernel tensor or ``nn.ConvNd``) into the kernel whose norms the bounds use.
 
-Seed 001 Thm 4.3 (strided convolutions): a convolution with stride ``s`` equals a stride-1 convolution
+Grishina, Gorbunov and Rakhuba 2024 Thm 4.3 (strided convolutions): a convolution with stride ``s`` equals a stride-1
+convolution
 (on the ``s``-subsampled grid) with the reshaped kernel
 
     Q[o, (c, p_1..p_d), a_1..a_d] = K[o, c, a_1 s_1 + p_1, ..., a_d s_d + p_d],
@@ -110,7 +111,8 @@ def dilate(weight: torch.Tensor, geo: ConvGeometry, *, all_axes: bool = False) -
 
 
 def strided_reshape(weight: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
-    """Seed 001 Thm 4.3: ``K (.., c_out, c_in, k_1..k_d)`` -> ``Q (.., c_out, c_in prod(s), ceil(k_i/s_i)..)``.
+    """Grishina, Gorbunov and Rakhuba 2024 Thm 4.3: ``K (.., c_out, c_in, k_1..k_d)`` -> ``Q (.., c_out, c_in prod(s),
+    ceil(k_i/s_i)..)``.
 
     ``Q[o, (c, p_1..p_d), a_1..a_d] = K[o, c, a_1 s_1 + p_1, ...]`` with ``K`` zero-padded per axis to a
     multiple of ``s_i``. Identity when all strides are 1. Differentiable (pad/reshape/permute only).

@@ -1,4 +1,4 @@
-"""Differentiable spectral regularizers for the convolutions of a model (seed 001 §6.2–6.3).
+"""Differentiable spectral regularizers for the convolutions of a model (Grishina, Gorbunov and Rakhuba 2024 §6.2–6.3).
 
 ``penalty = beta * sum_l R(K_l)`` with, per layer (``Q`` = strided reshape of Thm 4.3, ``k' = ceil(k/s)``):
 
@@ -123,7 +123,8 @@ class ConvRegularizer:
 
 
 class TNRegularizer(ConvRegularizer):
-    """``beta * sum_l TN(K_l)`` (seed 001 §6.2): :class:`ConvRegularizer` with ``kind="tn"``."""
+    """``beta * sum_l TN(K_l)`` (Grishina, Gorbunov and Rakhuba 2024 §6.2): :class:`ConvRegularizer` with
+    ``kind="tn"``."""
 
     def __init__(self, model: nn.Module, beta: float, **kwargs):
         super().__init__(model, beta, kind="tn", **kwargs)

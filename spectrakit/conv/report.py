@@ -1,4 +1,5 @@
-"""Per-layer spectral-norm bounds and the product Lipschitz bound of a model (seed 001 §4, eq. (6); App. F).
+"""Per-layer spectral-norm bounds and the product Lipschitz bound of a model (Grishina, Gorbunov and Rakhuba 2024 §4,
+eq. (6); App. F).
 
 ``Lip(f_L o .. o f_1) <= prod_l Lip(f_l)``: Linear layers contribute ``||W||_2`` (warm-started power
 iteration), convolutions their TN bound (BatchNorm in eval mode folded into the preceding convolution:

@@ -1,4 +1,4 @@
-"""The tensor-norm (TN) bound on the spectral norm of a convolution (seed 001 §4–5).
+"""The tensor-norm (TN) bound on the spectral norm of a convolution (Grishina, Gorbunov and Rakhuba 2024 §4–5).
 
 For a kernel ``K`` of shape ``(c_out, c_in, k_1..k_d)`` and any zero or circular padding, stride 1:
 
@@ -11,7 +11,8 @@ layers use the reshaped kernel ``Q`` of Thm 4.3 (see :mod:`spectrakit.conv.kerne
 ``||K||_sigma`` is computed by the higher-order power method (HOPM, Alg. 1): for each mode ``i`` in turn,
 ``u_i <- conj(K(u_1..I..u_D)) / ||.||``. HOPM finds a local maximum, so several random complex starts are run
 as one batch and the best is kept; the singular vectors are returned as a :class:`TNState` so the next call
-can warm-start from them (one iteration per training step suffices, seed 001 App. F). One sweep over all modes
+can warm-start from them (one iteration per training step suffices, Grishina, Gorbunov and Rakhuba 2024 App. F). One
+sweep over all modes
 costs two passes over ``K`` (``4 N`` real multiply-adds per start, ``N`` = number of kernel entries; see
 :func:`hopm`), i.e. less than one warm F4 step (a power iteration on each of 4 unfoldings, 8 passes).
 
@@ -91,7 +92,7 @@ def _spatial_contraction(S: torch.Tensor, vecs: list[torch.Tensor], j: int) -> t
 
 
 def hopm(K: torch.Tensor, vectors: list[torch.Tensor], iters: int) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Run ``iters`` HOPM sweeps (seed 001 Alg. 1) on all starts at once.
+    """Run ``iters`` HOPM sweeps (Grishina, Gorbunov and Rakhuba 2024 Alg. 1) on all starts at once.
 
     ``K``: real kernels ``(B, n_1, .., n_D)`` (modes ``c_out, c_in, k_1..k_d``, ``D >= 2``); ``vectors``: complex
     starts ``(R, B, n_i)``. One sweep is the Gauss–Seidel order ``u_1, .., u_D`` of
@@ -139,7 +140,7 @@ def hopm(K: torch.Tensor, vectors: list[torch.Tensor], iters: int) -> tuple[list
 
 
 class _TensorNormAtVectors(torch.autograd.Function):
-    """``|K(u_1..u_D)|`` for fixed unit vectors; backward is Prop. 1 of seed 001.
+    """``|K(u_1..u_D)|`` for fixed unit vectors; backward is Prop. 1 of Grishina, Gorbunov and Rakhuba 2024.
 
     Inputs: ``K (*batch, n_1, n_2, k..)`` real, ``z`` (``K(u_1..u_D)`` if already known, else ``None``) and the
     complex vectors ``u_i (*batch, n_i)``. Forward (``z`` unknown) ``z = u_1^T K_(1) t`` with
@@ -173,7 +174,8 @@ class _TensorNormAtVectors(torch.autograd.Function):
 
 
 def tensor_norm_at(K: torch.Tensor, vectors, nb: int, z: torch.Tensor | None = None) -> torch.Tensor:
-    """Differentiable ``|K(u_1..u_D)|`` with the vectors held fixed (gradient = Prop. 1 of seed 001).
+    """Differentiable ``|K(u_1..u_D)|`` with the vectors held fixed (gradient = Prop. 1 of Grishina, Gorbunov and
+    Rakhuba 2024).
 
     ``K``: real ``(*batch, n_1..n_D)`` with ``nb`` batch dims; ``vectors``: complex ``(*batch, n_i)``, D >= 2.
     ``z``: the value ``K(u_1..u_D)`` (shape ``batch``) when the caller already has it, which saves the pass over
@@ -255,7 +257,8 @@ def tn_bound(weight, *, stride=1, dilation=1, groups: int = 1, spatial_dims: int
              iters: int | None = None, restarts: int | None = None, state: TNState | None = None,
              generator: torch.Generator | None = None, reduce_groups: bool = True,
              finite: bool = True) -> tuple[torch.Tensor, TNState]:
-    """TN upper bound ``sqrt(k'_1..k'_d) ||Q||_sigma >= ||T||_2`` of a convolution (seed 001 Thm 4.1–4.3).
+    """TN upper bound ``sqrt(k'_1..k'_d) ||Q||_sigma >= ||T||_2`` of a convolution (Grishina, Gorbunov and Rakhuba 2024
+    Thm 4.1–4.3).
 
     ``weight``: kernel ``(..., c_out, c_in/groups, k_1..k_d)`` (leading dims = batch of same-shaped kernels;
     ``d = spatial_dims`` in {1, 2, 3}) or an ``nn.Conv1d/2d/3d`` (its stride, dilation, groups are used).

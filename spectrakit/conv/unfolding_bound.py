@@ -1,4 +1,4 @@
-"""The "fantastic four" (F4) bound of Singla & Feizi 2020, as stated in seed 001 eq. (8):
+"""The "fantastic four" (F4) bound of Singla & Feizi 2020, as stated in Grishina, Gorbunov and Rakhuba 2024 eq. (8):
 
     ||T||_2 <= sqrt(h w) min(||K_(co h; ci w)||_2, ||K_(co w; ci h)||_2, ||K_(co; ci h w)||_2, ||K_(ci; co h w)||_2).
 

@@ -3,7 +3,8 @@
 The spectral post-transform (``msign``, ``soft_clip``, hard clips) of an ``(m, n)`` matrix is a fixed
 number of Newton–Schulz-type steps on the wide orientation ``(p, q) = (min(m, n), max(m, n))``. Each
 matrix needs the whole matrix, so the unit of work is one matrix; the work is split across ranks by
-giving every matrix one *owner* rank (seed 000 §6 lists "efficient distributed spectral clipping" as
+giving every matrix one *owner* rank (Jiang, Semenov and Stich 2026 §6 lists "efficient distributed spectral clipping"
+as
 future work; Muon's reference code uses a round-robin, here the split is balanced by FLOPs).
 
 Everything here is pure Python on shapes (no tensors), so every rank computes the same plan without
@@ -23,7 +24,7 @@ Shape = tuple[int, ...]
 def matrix_dims(shape: Sequence[int]) -> tuple[int, int]:
     """``(m, n)`` of the matrix view of a parameter: ``(shape[0], prod(shape[1:]))``.
 
-    A conv kernel ``(c_out, c_in, h, w)`` is the matrix ``(c_out, c_in*h*w)`` (SPEC §2).
+    A conv kernel ``(c_out, c_in, h, w)`` is the matrix ``(c_out, c_in*h*w)``.
 
     Raises:
         ValueError: if ``shape`` has fewer than 2 dims.
@@ -42,7 +43,8 @@ def spectral_flops(shape: Sequence[int], steps: int = 5) -> int:
 
         ``flops = steps * (4 p^2 q + 2 p^3)``.
 
-    The soft clip via the Gram route (seed 000 Alg. 3: 3 square ``p x p`` products per coupled step)
+    The soft clip via the Gram route (Jiang, Semenov and Stich 2026 Alg. 3: 3 square ``p x p`` products per coupled
+    step)
     has the same ``O(p^2 q + p^3)`` form; only relative costs matter for load balancing.
 
     Args:

@@ -1,6 +1,7 @@
 """Run a per-matrix transform on the owner rank of each matrix and exchange the results.
 
-Seed 000 §6 names efficient distributed spectral clipping as future work; its reference code (Table F.2:
+Jiang, Semenov and Stich 2026 §6 names efficient distributed spectral clipping as future work; its reference code
+(Table F.2:
 +18.7% step time at 160M on 4 GPUs) repeats every matrix's clipping on every rank. Here each matrix is
 transformed once, by its owner (:mod:`spectrakit.distributed.assign`), and only results move.
 

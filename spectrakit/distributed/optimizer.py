@@ -14,7 +14,7 @@ optimizer (``sharded(SpectraAdamW)(params, ...)`` or :class:`DistributedSpectra`
 
 so every rank applies exactly the update of the single-process optimizer on the same global batch, while
 each matrix's Newton–Schulz work is done once in the job instead of once per rank (SPECTRA's reference
-code repeats it on every rank; seed 000 §6 leaves efficient distributed clipping as future work).
+code repeats it on every rank; Jiang, Semenov and Stich 2026 §6 leaves efficient distributed clipping as future work).
 
 FSDP2 parameters are DTensors; during ``step()`` the param groups temporarily hold their local tensors
 (same storage, updated in place) and the optimizer states are stored as DTensors with the parameter's

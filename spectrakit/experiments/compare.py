@@ -1,10 +1,12 @@
 """Train a small LLaMA-style LM with several optimizers and compare them (default: AdamW vs SpectraAdamW).
 
 Every optimizer trains the same model (same initialisation seed), on the same data in the same order, with
-the same LR schedule (seed 000 §6.2: WSD with square-root decay over the final 20%, linear warm-up). The
+the same LR schedule (Jiang, Semenov and Stich 2026 §6.2: WSD with square-root decay over the final 20%, linear
+warm-up). The
 table reports the final validation loss and perplexity, the mean step time (forward + backward + optimizer)
 and SPECTRA's overhead over its base optimizer, and the largest weight and update spectral norms and the
-aggregated weight ``l_inf`` norm at the end (seed 000 Fig. 4). Without arguments it runs the ``cpu``
+aggregated weight ``l_inf`` norm at the end (Jiang, Semenov and Stich 2026 Fig. 4). Without arguments it runs the
+``cpu``
 setting (tiny model, ~3-5 min on 2 CPU cores) or, on CUDA, the larger ``cuda`` setting; results (table,
 JSON, loss-curve and weight-norm plots, per-run logs) go to ``--out``.
 """
@@ -169,7 +171,8 @@ class CompareOptions:
 
 
 def _noise_batches(tokens, cfg: dict, opts: CompareOptions, seed: int, device: torch.device):
-    """Batches for the noise-structure analysis (seed 000 §F.2.2), from a stream separate from training
+    """Batches for the noise-structure analysis (Jiang, Semenov and Stich 2026 §F.2.2), from a stream separate from
+    training
     (so the training data order is unchanged): signal = ``noise_signal_batches`` micro-batches of
     ``batch_size`` sequences, samples = ``noise_samples`` single sequences."""
     big = TokenBatches(tokens, cfg["batch_size"], cfg["seq_len"], seed=seed + 7919)
@@ -348,7 +351,7 @@ def compare(*, on_row=None, **options) -> list[dict]:
 
 def plot(rows: list[dict], out_dir: str, title: str = "") -> list[str]:
     """Save ``loss_curves.png`` (training loss per step, validation points) and ``weight_norms.png``
-    (aggregated l_inf and Frobenius norms and max spectral norm over steps, seed 000 Fig. 4) into
+    (aggregated l_inf and Frobenius norms and max spectral norm over steps, Jiang, Semenov and Stich 2026 Fig. 4) into
     ``out_dir``; returns the paths."""
     import matplotlib
 

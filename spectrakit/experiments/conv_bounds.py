@@ -1,8 +1,9 @@
-"""Seed 001 Table 2: TN and F4 bounds vs the exact zero-padding norm for Gaussian kernels (32x32 input).
+"""Grishina, Gorbunov and Rakhuba 2024 Table 2: TN and F4 bounds vs the exact zero-padding norm for Gaussian kernels
+(32x32 input).
 
 For every kernel ``(c, c, k, k)`` with ``K ~ N(0, 1)``: ``||T||_2`` of the zero-padded ("same") convolution by
 power iteration on ``conv2d``/``conv_transpose2d``, the F4 bound, the TN bound (HOPM, screened restarts), their
-ratios to ``||T||_2`` and the published ratios (seed 001 Table 2) for comparison.
+ratios to ``||T||_2`` and the published ratios (Grishina, Gorbunov and Rakhuba 2024 Table 2) for comparison.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from spectrakit.conv import exact_zero_pad, f4_bound, tn_bound
 from spectrakit.experiments.io import invocation, report
 
-# (c, k) -> (||T||_2, F4, TN) from seed 001 Table 2
+# (c, k) -> (||T||_2, F4, TN) from Grishina, Gorbunov and Rakhuba 2024 Table 2
 PAPER = {(64, 3): (49.35, 81.26, 51.51), (128, 3): (67.14, 114.68, 69.99), (256, 3): (95.71, 164.44, 96.47),
          (512, 3): (135.62, 234.55, 136.99), (64, 5): (81.55, 175.74, 88.25), (128, 5): (113.5, 250.91, 119.29),
          (256, 5): (160.07, 354.46, 165.37), (512, 5): (227.1, 501.8, 229.66), (64, 7): (112.94, 293.34, 127.69),
@@ -73,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
     ints = lambda s: tuple(int(x) for x in s.split(","))
     rows = run(ints(args.channels), ints(args.kernel_sizes), args.input_size, args.iters, args.exact_iters,
                args.seed, args.device, args.samples)
-    report("conv-bounds (seed 001 Table 2)", rows, args.out,
+    report("conv-bounds (Grishina, Gorbunov and Rakhuba 2024 Table 2)", rows, args.out,
            command=invocation("experiment", f"spectrakit experiment conv-bounds --channels {args.channels} "
                               f"--kernel-sizes {args.kernel_sizes} --samples {args.samples}"))
     return 0

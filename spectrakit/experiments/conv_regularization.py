@@ -1,4 +1,5 @@
-"""Train a small ResNet on Fashion-MNIST with convolution spectral regularizers (seed 001 §6.2–6.3).
+"""Train a small ResNet on Fashion-MNIST with convolution spectral regularizers (Grishina, Gorbunov and Rakhuba 2024
+§6.2–6.3).
 
 Regularizers: none, F4, TN (``beta * sum_l bound(K_l)``) and the orthogonality penalties "2norm"
 (``||T^T T - I||`` through the TN bound) and "ratio" (``sqrt(hw) ||K||_sigma / ||K||_F``). Reports test accuracy,

@@ -1,4 +1,5 @@
-"""Composite Frank-Wolfe view of spectral clipping on matrix logistic regression (seed 000 §3, §F.1.1).
+"""Composite Frank-Wolfe view of spectral clipping on matrix logistic regression (Jiang, Semenov and Stich 2026 §3,
+§F.1.1).
 
 Problem (3): ``min_{||X||_2 <= D2} F(X) = f(X) + b/2 ||X||_F^2`` with the logistic loss
 ``f(X) = 1/n sum_i log(1 + exp(-y_i <A_i, X>))`` on ``d x d`` features ``A_i ~ N(0, 1)`` and labels
@@ -237,7 +238,7 @@ def main(args: argparse.Namespace) -> int:
     )
     paths = plot(histories, args.out)
     report(
-        "fw-logistic: rule (4) with Theorem 3.4 parameters (seed 000 §F.1.1)",
+        "fw-logistic: rule (4) with Theorem 3.4 parameters (Jiang, Semenov and Stich 2026 §F.1.1)",
         rows,
         args.out,
         command=invocation("experiment", f"spectrakit experiment fw-logistic --steps {args.steps}"),

@@ -1,5 +1,5 @@
 """Grokking Addition-mod-31 with weights in the RMS→RMS ball: naive LMO vs tangent-aware dualizers
-(seed 002 §6.2).
+(Cesista 2025 §6.2).
 
 An MLP ``62 -> D -> D -> 31`` (one-hot ``a`` and ``b`` concatenated and scaled to unit RMS, GELU, no
 biases) is trained full-batch on a random 80% of the 961 pairs ``(a, b) -> (a + b) mod 31`` with

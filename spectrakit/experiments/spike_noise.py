@@ -1,4 +1,5 @@
-"""Robustness of spectral clipping to rank-r spectral-spike noise (seed 000 §4.2, §F.1.2, Fig. F.5/F.6).
+"""Robustness of spectral clipping to rank-r spectral-spike noise (Jiang, Semenov and Stich 2026 §4.2, §F.1.2, Fig.
+F.5/F.6).
 
 Matrix logistic regression (``d x d`` features, ``n`` samples, as in :mod:`.fw_logistic`) with the
 stochastic gradient oracle ``g(X) = grad f(X) + N``, ``N = l U V^T``, where ``U, V`` (``d x r``) are drawn
@@ -204,7 +205,7 @@ def main(args: argparse.Namespace) -> int:
     )
     paths = plot(rows, histories, args.out)
     report(
-        "spike-noise: SGD vs global vs spectral clipping under rank-r spikes (seed 000 §F.1.2)",
+        "spike-noise: SGD vs global vs spectral clipping under rank-r spikes (Jiang, Semenov and Stich 2026 §F.1.2)",
         rows,
         args.out,
         command=invocation("experiment", f"spectrakit experiment spike-noise --steps {args.steps} --rank {args.rank}"),

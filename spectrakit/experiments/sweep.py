@@ -112,13 +112,36 @@ def differences(best: list[dict]) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- runs
+def parse_lrs(text: str) -> list:
+    """``--lrs``: comma-separated peak LRs, each a number (``3e-3``) or a multiple of the optimizer's own
+    default LR (``2x``: twice the default of each optimizer, so one grid fits optimizers whose good LRs differ
+    by orders of magnitude, such as Signum and Muon). Raises ``ValueError`` for anything else."""
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            out.append(f"{float(item[:-1]):g}x" if item.lower().endswith("x") else float(item))
+        except ValueError:
+            raise ValueError(f"lrs must be numbers or multiples such as 2x, got {item!r}") from None
+    return out
+
+
+def resolve_lr(lr, optimizer: str) -> float:
+    """The peak LR of a grid entry for ``optimizer``: ``lr`` itself, or ``k`` times the optimizer's default LR
+    (``spectrakit.train.optimizers.OPTIMIZERS``) for ``"kx"``."""
+    if isinstance(lr, str):
+        return float(f"{float(lr[:-1]) * OPTIMIZERS[optimizer].lr:.6g}")
+    return float(lr)
+
+
 def grid(optimizers, lrs, seeds, cs=()) -> list[dict]:
     """The sweep points: every optimizer x LR x seed, and x ``c`` for SPECTRA optimizers when ``cs`` is given
-    (``c`` is ``None`` where it does not apply or is not swept)."""
+    (``c`` is ``None`` where it does not apply or is not swept). An LR ``"kx"`` is ``k`` times each
+    optimizer's default LR (:func:`resolve_lr`)."""
     if not optimizers or not lrs or not seeds:
         raise ValueError("optimizers, lrs and seeds must each list at least one value")
     for lr in lrs:
-        if not (lr > 0 and math.isfinite(lr)):
+        v = float(lr[:-1]) if isinstance(lr, str) and lr.endswith("x") else lr
+        if isinstance(v, str) or not (v > 0 and math.isfinite(v)):
             raise ValueError(f"lrs must be finite and > 0, got {lr!r}")
     for c in cs:
         if not (c > 0 and math.isfinite(c)):
@@ -130,7 +153,7 @@ def grid(optimizers, lrs, seeds, cs=()) -> list[dict]:
         for c in (cs if cs and OPTIMIZERS[name].spectra else (None,)):
             for lr in lrs:
                 for seed in seeds:
-                    points.append({"optimizer": name, "c": c, "lr": float(lr), "seed": int(seed)})
+                    points.append({"optimizer": name, "c": c, "lr": resolve_lr(lr, name), "seed": int(seed)})
     return points
 
 
@@ -260,7 +283,9 @@ def plot(result: dict, out_dir: str) -> list[str]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     cmp.add_arguments(parser)
     parser.set_defaults(out="runs/sweep")
-    parser.add_argument("--lrs", required=True, help="comma-separated peak LRs (the --lr of each point)")
+    parser.add_argument("--lrs", required=True,
+                        help="comma-separated peak LRs (the --lr of each point); a value such as 2x is that "
+                        "multiple of each optimizer's default LR (e.g. 0.25x,0.5x,1x,2x,4x)")
     parser.add_argument("--cs", default="", help="comma-separated SPECTRA clip thresholds c (> 0, finite) to "
                         "sweep for SPECTRA optimizers (default: --c only); c = inf is the base optimizer")
     parser.add_argument("--tol", type=float, default=0.05,
@@ -294,8 +319,7 @@ def run(args: argparse.Namespace) -> int:
         print("spectrakit sweep: error: --lr is set per point by --lrs; drop --lr", file=sys.stderr)
         return 2
     opts = _compare_options(args)
-    result = sweep(lrs=cmp._csv(args.lrs, float), cs=cmp._csv(args.cs, float), out=args.out, tol=args.tol,
-                   **opts)
+    result = sweep(lrs=parse_lrs(args.lrs), cs=cmp._csv(args.cs, float), out=args.out, tol=args.tol, **opts)
     paths = plot(result, args.out)
     command = invocation("sweep", "")
     env = environment()
@@ -313,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
     with open(os.path.join(args.out, "sweep.json"), "w") as f:
         json.dump({"env": env, "command": command, "options": {k: list(v) if isinstance(v, tuple) else v
                                                               for k, v in opts.items()},
-                   "lrs": cmp._csv(args.lrs, float), "cs": cmp._csv(args.cs, float), "tol": args.tol,
+                   "lrs": parse_lrs(args.lrs), "cs": cmp._csv(args.cs, float), "tol": args.tol,
                    "rows": public, "points": result["points"], "best": result["best"], "ran": result["ran"],
                    "differences": result["differences"], "skipped": result["skipped"],
                    "wall_s": time.perf_counter() - t0}, f, indent=1, default=str)

@@ -1,4 +1,4 @@
-"""XOR learning-rate transfer across widths under steepest descent on spectral sets (seed 002 §6.1).
+"""XOR learning-rate transfer across widths under steepest descent on spectral sets (Cesista 2025 §6.1).
 
 An MLP ``2 -> D -> D -> 2`` (ReLU, no biases) is trained on the four XOR points for 32 full-batch steps with
 :class:`~spectrakit.manifold.ManifoldSGD` (RMS→RMS norm, PDHG dualizer warm-started by one alternating

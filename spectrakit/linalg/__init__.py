@@ -1,4 +1,4 @@
-"""Matrix functions built on one polar-factor core (SPEC §1).
+"""Matrix functions built on one polar-factor core.
 
 Every function takes ``(..., m, n)`` tensors (leading batch dims), works in fp32/bf16/fp64 on CPU and
 CUDA, has an ``"exact"`` (float64 SVD/eigh) reference path, and, with value checks off

@@ -1,4 +1,4 @@
-"""Eigenvalue functions of symmetric matrices through the eigen-sign ``msign`` (SPEC §1.4, seed 002 §2).
+"""Eigenvalue functions of symmetric matrices through the eigen-sign ``msign`` (Cesista 2025 §2).
 
 For symmetric ``W = Q diag(lambda) Q^T``, ``msign(W) = Q sign(diag(lambda)) Q^T`` (the polar factor of a
 symmetric matrix is its eigen-sign), and the scalar identity
@@ -39,7 +39,7 @@ METHODS = ("polar", "exact")
 
 
 def sym(W: torch.Tensor) -> torch.Tensor:
-    """``sym(W) = (W + W^T) / 2`` over the last two dims (SPEC notation; seed 002 §2).
+    """``sym(W) = (W + W^T) / 2`` over the last two dims (SPEC notation; Cesista 2025 §2).
 
     Raises:
         TypeError: W not a floating tensor. ValueError: W not square / fewer than 2 dims.
@@ -159,7 +159,7 @@ def _check_order(lo, hi):
 
 def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | None = None,
              dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Eigenvalue clip ``Q clip_[lo, hi](Lambda) Q^T`` of symmetric ``W`` (SPEC §1.4, seed 002 §2.1).
+    """Eigenvalue clip ``Q clip_[lo, hi](Lambda) Q^T`` of symmetric ``W`` (Cesista 2025 §2.1).
 
     ``= ((lo + hi) I + (lo I - W) msign(lo I - W) - (hi I - W) msign(hi I - W)) / 2`` (both signs in one
     batched call), computed as ``max(min(W, hi), lo)`` in the shifted-sandwich form of the module docstring;
@@ -219,7 +219,7 @@ def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dty
 
 def eig_relu(W: torch.Tensor, lo, *, method: str = "polar", steps: int | None = None,
              dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``Q max(Lambda, lo) Q^T = (lo I + W + (lo I - W) msign(lo I - W)) / 2`` (SPEC §1.4, seed 002 §2.2),
+    """``Q max(Lambda, lo) Q^T = (lo I + W + (lo I - W) msign(lo I - W)) / 2`` (Cesista 2025 §2.2),
     computed as ``lo I + R (W - lo I) R`` with ``R = (I - msign(lo I - W)) / 2`` (module docstring).
 
     Arguments and errors as :func:`eig_clip` (``lo`` finite, float or batch-broadcastable tensor).
@@ -229,7 +229,7 @@ def eig_relu(W: torch.Tensor, lo, *, method: str = "polar", steps: int | None = 
 
 def eig_hardcap(W: torch.Tensor, hi, *, method: str = "polar", steps: int | None = None,
                 dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``Q min(Lambda, hi) Q^T = (hi I + W - (hi I - W) msign(hi I - W)) / 2`` (SPEC §1.4, seed 002 §2.3),
+    """``Q min(Lambda, hi) Q^T = (hi I + W - (hi I - W) msign(hi I - W)) / 2`` (Cesista 2025 §2.3),
     computed as ``hi I + P (W - hi I) P`` with ``P = (I + msign(hi I - W)) / 2`` (module docstring).
 
     Arguments and errors as :func:`eig_clip` (``hi`` finite, float or batch-broadcastable tensor).
@@ -239,19 +239,19 @@ def eig_hardcap(W: torch.Tensor, hi, *, method: str = "polar", steps: int | None
 
 def proj_psd(W: torch.Tensor, *, method: str = "polar", steps: int | None = None,
              dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Projection onto the PSD cone ``(W + W msign(W)) / 2 = Q max(Lambda, 0) Q^T`` (seed 002 §2.2)."""
+    """Projection onto the PSD cone ``(W + W msign(W)) / 2 = Q max(Lambda, 0) Q^T`` (Cesista 2025 §2.2)."""
     return eig_relu(W, 0.0, method=method, steps=steps, dtype=dtype)
 
 
 def proj_nsd(W: torch.Tensor, *, method: str = "polar", steps: int | None = None,
              dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Projection onto the NSD cone ``(W - W msign(W)) / 2 = Q min(Lambda, 0) Q^T`` (seed 002 §2.3)."""
+    """Projection onto the NSD cone ``(W - W msign(W)) / 2 = Q min(Lambda, 0) Q^T`` (Cesista 2025 §2.3)."""
     return eig_hardcap(W, 0.0, method=method, steps=steps, dtype=dtype)
 
 
 def eig_stepfun(W: torch.Tensor, t=0.0, *, method: str = "polar", steps: int | None = None,
                 dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``(I + msign(W - t I)) / 2 = Q step_t(Lambda) Q^T`` with ``step_t(x) = [x > t]`` (seed 002 §2.4).
+    """``(I + msign(W - t I)) / 2 = Q step_t(Lambda) Q^T`` with ``step_t(x) = [x > t]`` (Cesista 2025 §2.4).
 
     The projector onto the eigenvectors with eigenvalue > t. Eigenvalues equal to ``t`` give 1/2 (the sign
     of 0 is 0; ``"exact"`` uses the same convention); eigenvalues within ``~1e-6 ||W - t I||`` of ``t`` get

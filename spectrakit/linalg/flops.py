@@ -40,7 +40,8 @@ def msign_default_steps(m: int, n: int, dtype: torch.dtype, lower_bound: float =
 
 
 def soft_clip_newton_schulz_flops(m: int, n: int, steps: int = 10) -> float:
-    """Seed 000 Alg. 1 + 3: ``G`` (2m^2n), ``steps x 3`` products ``m^3`` (2m^3 each), final ``Z X``
+    """Jiang, Semenov and Stich 2026 Alg. 1 + 3: ``G`` (2m^2n), ``steps x 3`` products ``m^3`` (2m^3 each), final ``Z
+    X``
     (2m^2n)."""
     m, n = _wide(m, n)
     return 4.0 * m * m * n + steps * 6.0 * m**3

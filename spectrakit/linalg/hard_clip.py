@@ -1,4 +1,4 @@
-"""Hard spectral clipping ``U clip_[lo, hi](S) V^T`` and its special cases (SPEC §1.3, seed 002 §2).
+"""Hard spectral clipping ``U clip_[lo, hi](S) V^T`` and its special cases (Cesista 2025 §2).
 
 Default route (``method="polar"``), built on two polar factors of matrices no larger than ``X``:
 
@@ -144,7 +144,7 @@ def _hardcap_nested(w: torch.Tensor, t, cdt: torch.dtype, steps: int | None) -> 
 
 def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "polar",
                   steps: int | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Hard spectral clip ``U clip_[lo, hi](S) V^T`` of ``X = U S V^T`` (SPEC §1.3, seed 002 §2).
+    """Hard spectral clip ``U clip_[lo, hi](S) V^T`` of ``X = U S V^T`` (Cesista 2025 §2).
 
     ``method="polar"`` (default): ``clip_[lo, hi](A) O`` with ``O = msign(X)`` and ``A = sym(X O^T) = U S U^T``,
     the clip of the ``m x m`` matrix ``A`` from its eigen-signs ``sign(t I - A)`` (module docstring);
@@ -232,13 +232,13 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
 
 def spectral_hardcap(X: torch.Tensor, hi, *, method: str = "polar", steps: int | None = None,
                      dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``U min(S, hi) V^T`` = ``spectral_clip(X, 0, hi)`` (SPEC §1.3); same arguments/errors, hi > 0 finite
+    """``U min(S, hi) V^T`` = ``spectral_clip(X, 0, hi)``; same arguments/errors, hi > 0 finite
     or inf (identity)."""
     return spectral_clip(X, 0.0, hi, method=method, steps=steps, dtype=dtype)
 
 
 def spectral_relu(X: torch.Tensor, lo, *, method: str = "polar", steps: int | None = None,
                   dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``U max(S, lo) V^T`` = ``spectral_clip(X, lo, inf)`` (SPEC §1.3); lo >= 0. Exactly zero singular
+    """``U max(S, lo) V^T`` = ``spectral_clip(X, lo, inf)``; lo >= 0. Exactly zero singular
     values stay 0 on the polar route (see :func:`spectral_clip`)."""
     return spectral_clip(X, lo, float("inf"), method=method, steps=steps, dtype=dtype)

@@ -1,4 +1,4 @@
-"""Spectral-norm estimation and subspace distances (SPEC §1.5, seed 000 §F.2.2)."""
+"""Spectral-norm estimation and subspace distances (Jiang, Semenov and Stich 2026 §F.2.2)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ._util import mT
 
 def spectral_norm(W: torch.Tensor, *, iters: int = 20, v0: torch.Tensor | None = None,
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Largest singular value of ``W`` by batched power iteration on ``W^T W`` (SPEC §1.5).
+    """Largest singular value of ``W`` by batched power iteration on ``W^T W``.
 
     ``v <- W^T W v / ||W^T W v||`` for ``iters`` steps from ``v0`` (warm start) or a fixed pseudo-random
     start; returns ``(||W v||, v)``. The estimate is a lower bound of ``sigma_max`` that converges like
@@ -61,7 +61,8 @@ def spectral_norm(W: torch.Tensor, *, iters: int = 20, v0: torch.Tensor | None =
 
 
 def subspace_distance(U1: torch.Tensor, U2: torch.Tensor, kind: str = "spectral") -> torch.Tensor:
-    """Distance between the column spans of orthonormal ``U1, U2`` of shape ``(..., m, r)`` (seed 000 §F.2.2).
+    """Distance between the column spans of orthonormal ``U1, U2`` of shape ``(..., m, r)`` (Jiang, Semenov and Stich
+    2026 §F.2.2).
 
     With ``A = U1^T U2`` and ``B = I - A A^T``: ``"spectral"``: ``sqrt(lambda_max(B)) = sqrt(1 - s_min(A)^2)``
     (sine of the largest principal angle); ``"chordal"``: ``sqrt(trace(B) / r)`` (RMS sine of the angles).

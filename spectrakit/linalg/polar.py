@@ -1,4 +1,4 @@
-"""Polar factor ``msign(X) = U V^T`` by odd-polynomial (Newton–Schulz type) iterations (SPEC §1.1).
+"""Polar factor ``msign(X) = U V^T`` by odd-polynomial (Newton–Schulz type) iterations.
 
 For ``X = U S V^T`` one step ``X <- a X + (b A + c A^2) X`` with ``A = X X^T`` maps every singular value
 ``s -> p(s) = a s + b s^3 + c s^5`` and keeps ``U, V``; a schedule of such steps drives all singular
@@ -111,7 +111,7 @@ def _frobenius_iterate(x: torch.Tensor, coeffs) -> torch.Tensor:
 def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_express",
           lower_bound: float | None = None, dtype: torch.dtype | None = None,
           normalize: str = "spectral_bound") -> torch.Tensor:
-    """Polar factor ``msign(X) = U V^T`` of ``X = U S V^T`` (SPEC §1.1; seed 000 §5.1, seed 002 §2).
+    """Polar factor ``msign(X) = U V^T`` of ``X = U S V^T`` (; Jiang, Semenov and Stich 2026 §5.1, Cesista 2025 §2).
 
     Computed by odd quintic iterations ``X <- a X + (b A + c A^2) X``, ``A = X X^T`` in the wide
     orientation, with a named coefficient schedule from :data:`spectrakit.linalg.schedules.SCHEDULES`:
@@ -245,5 +245,5 @@ def clip_sign(x: torch.Tensor, dtype: torch.dtype, steps: int | None = None, *, 
 def orthogonalize(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_express",
                   lower_bound: float | None = None, dtype: torch.dtype | None = None,
                   normalize: str = "spectral_bound") -> torch.Tensor:
-    """``orthogonalize(X) = msign(X) = U V^T`` (SPEC §1.3); same arguments and errors as :func:`msign`."""
+    """``orthogonalize(X) = msign(X) = U V^T``; same arguments and errors as :func:`msign`."""
     return msign(X, steps=steps, schedule=schedule, lower_bound=lower_bound, dtype=dtype, normalize=normalize)

@@ -1,4 +1,4 @@
-"""Coefficient schedules for odd-polynomial polar-factor iterations (SPEC §1.1).
+"""Coefficient schedules for odd-polynomial polar-factor iterations.
 
 One step of an iteration maps every singular value ``x`` of the current iterate through an odd
 polynomial ``p(x) = a x + b x^3 + c x^5``; in matrix form ``X <- a X + (b A + c A^2) X`` with

@@ -1,4 +1,4 @@
-"""SPECTRA's soft spectral clip ``H_c(X) = (I + X X^T / c^2)^(-1/2) X`` (SPEC §1.2, seed 000 §5.1).
+"""SPECTRA's soft spectral clip ``H_c(X) = (I + X X^T / c^2)^(-1/2) X`` (Jiang, Semenov and Stich 2026 §5.1).
 
 Every singular value maps through ``h_c(s) = s / sqrt(1 + s^2/c^2)`` (slope 1 at 0, saturates at c).
 
@@ -330,7 +330,7 @@ def _gram_fast_(x: torch.Tensor, c, steps: int, chunk: int | None) -> None:
 
 
 def soft_clip_fast_(X: torch.Tensor, c, *, steps: int | None = None, chunk: int | None = None) -> torch.Tensor:
-    """In-place fast soft clip ``X <- H_c(X) = (I + X X^T / c^2)^(-1/2) X`` (SPEC §1.2, seed 000 §5.1):
+    """In-place fast soft clip ``X <- H_c(X) = (I + X X^T / c^2)^(-1/2) X`` (Jiang, Semenov and Stich 2026 §5.1):
     the Gram-only route of :func:`soft_clip` (``tall_steps=0``, the optimizers' default post-transform),
     equal to ``soft_clip(X, c, tall_steps=0)`` up to rounding, with no full-size temporary. Not differentiable
     (in-place updates and ``out=`` products): the optimizers' route; :func:`soft_clip` keeps the
@@ -375,7 +375,7 @@ def soft_clip_fast_(X: torch.Tensor, c, *, steps: int | None = None, chunk: int 
 
 def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = None,
               dtype: torch.dtype | None = None, tall_steps: int | None = None) -> torch.Tensor:
-    """Soft spectral clip ``H_c(X) = (I + X X^T / c^2)^(-1/2) X`` (SPEC §1.2, seed 000 §5.1, Alg. 1).
+    """Soft spectral clip ``H_c(X) = (I + X X^T / c^2)^(-1/2) X`` (Jiang, Semenov and Stich 2026 §5.1, Alg. 1).
 
     Singular values map ``s -> s / sqrt(1 + s^2/c^2)`` (always ``<= min(s, c)``); singular vectors are kept.
     For 1-D ``X`` (a vector parameter) the same map acts on the norm: ``X c / sqrt(c^2 + ||X||^2)``.

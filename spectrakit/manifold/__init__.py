@@ -1,4 +1,4 @@
-"""Steepest descent on spectral sets (seed 002, SPEC §4).
+"""Steepest descent on spectral sets (Cesista 2025).
 
 Sets (one interface: ``retract``, ``faces``, ``project_tangent``, ``contains``): :class:`PSDCone`,
 :class:`Spectrahedron`, :class:`SpectralBall`, :class:`SpectralBand`, :class:`Stiefel`.

@@ -1,4 +1,4 @@
-"""Dualizers: the steepest direction inside the tangent cone (seed 002 §3.3.2, §4.2.2, §5.2.2, A1.2).
+"""Dualizers: the steepest direction inside the tangent cone (Cesista 2025 §3.3.2, §4.2.2, §5.2.2, A1.2).
 
 Given a set ``M``, a point ``W`` in it, a gradient ``G``, a step size ``eta`` and a norm, each dualizer
 approximates
@@ -74,7 +74,7 @@ def naive(manifold, W: torch.Tensor, G: torch.Tensor, eta, *, norm="rms") -> tor
 
 
 def alternating(manifold, W, G, eta, *, norm="rms", steps: int = 1, rtol: float = 0.0, faces=None):
-    """``(LMO ∘ proj_T)^K (-G)`` with ``K = steps >= 1`` (seed 002 §3.3.2).
+    """``(LMO ∘ proj_T)^K (-G)`` with ``K = steps >= 1`` (Cesista 2025 §3.3.2).
 
     ``faces`` may pass precomputed :meth:`SpectralSet.faces` of ``W``. Returns ``A`` with ``||A|| = eta``
     (or 0 when the projected gradient vanishes). Raises ``ValueError`` for ``steps < 1`` or mismatched shapes.
@@ -129,7 +129,7 @@ def pdhg(manifold, W, G, eta, *, norm="rms", steps: int = 32, step_ratio: float 
 
 def dual_ascent(manifold, W, G, eta, *, norm="rms", steps: int = 64, sigma: float = 1.0, rtol: float = 0.0,
                 average: bool = True, faces=None):
-    """Projected dual (super)gradient ascent on the face multipliers (seed 002 A1.2).
+    """Projected dual (super)gradient ascent on the face multipliers (Cesista 2025 A1.2).
 
     ``A(S) = -LMO(G + sum_f L_f^*(S_f))``; ``S_f <- proj_{K_f}(S_f + sigma_k L_f(A))`` with
     ``sigma_k = sigma * (||G||_F / ||A_0||_F) / sqrt(k + 1)`` (the ratio makes ``sigma`` unit-free).

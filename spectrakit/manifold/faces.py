@@ -1,6 +1,6 @@
 """Active faces of a spectral set and the numerically stable subspace projectors that find them.
 
-Seed 002 §3.2.1, §4.1.1, §5.1.3 and A1.1. At a boundary point ``W`` the tangent cone of every set in this
+Cesista 2025 §3.2.1, §4.1.1, §5.1.3 and A1.1. At a boundary point ``W`` the tangent cone of every set in this
 package is cut out by linear matrix inequalities on the eigen/singular subspaces where ``W`` touches a bound:
 
 - symmetric sets (PSD cone, spectrahedron): ``P X̂ P ≽ 0`` on the ``lo``-eigenspace (projector ``P_lo``) and
@@ -69,7 +69,7 @@ def eig_lower_projector(W: torch.Tensor, lo, tol: float, method: str) -> torch.T
     """``P_lo = I - eig_stepfun(W, lo + tol)``: projector onto eigenvectors of ``W`` with eigenvalue ``<=
     lo + tol``.
 
-    Seed 002 §3.2.1 (``lo = 0``: null-space projector ``P_0`` of a PSD matrix) and §4.1.1. ``W`` symmetric
+    Cesista 2025 §3.2.1 (``lo = 0``: null-space projector ``P_0`` of a PSD matrix) and §4.1.1. ``W`` symmetric
     ``(..., n, n)`` with all eigenvalues ``>= lo``; ``lo`` float or tensor of batch shape; ``tol > 0``.
     """
     return _ops.eye_like(W) - _ops.eig_stepfun(_shifted(W, lo), tol, method)
@@ -85,7 +85,7 @@ def singular_upper_face(W: torch.Tensor, hi, tol: float, method: str) -> tuple[t
     """``(J, P_V)`` of the top singular subspace: ``P_V = eig_stepfun(W^T W / hi^2, 1 - tol)``, ``J = W P_V
     / hi``.
 
-    Seed 002 §5.1.3: with ``W = U S V^T`` and ``||W||_2 <= hi``, ``P_V = V_hi V_hi^T`` and ``J = U_hi V_hi^T``
+    Cesista 2025 §5.1.3: with ``W = U S V^T`` and ``||W||_2 <= hi``, ``P_V = V_hi V_hi^T`` and ``J = U_hi V_hi^T``
     (singular values within a relative ``tol`` of ``hi`` count as on the boundary). ``hi > 0``.
     """
     hi_ = _ops.as_batch_scalar(hi, W)
@@ -97,7 +97,7 @@ def singular_lower_face(W: torch.Tensor, lo, tol: float, method: str) -> tuple[t
     """``(J, P_V)`` of the bottom singular subspace: ``P_V = I - eig_stepfun(W^T W / lo^2, 1 + tol)``, ``J
     = W P_V / lo``.
 
-    Seed 002 A1.1 (band with inner radius ``lo > 0``). ``W`` must be tall (``m >= n``) so that ``W^T W``
+    Cesista 2025 A1.1 (band with inner radius ``lo > 0``). ``W`` must be tall (``m >= n``) so that ``W^T W``
     has no
     structural zero eigenvalues; callers transpose wide matrices.
     """

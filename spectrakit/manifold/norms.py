@@ -1,4 +1,4 @@
-"""Norms that measure the update ``A`` of steepest descent (seed 002 §3.1, §6 and A1.2).
+"""Norms that measure the update ``A`` of steepest descent (Cesista 2025 §3.1, §6 and A1.2).
 
 Each norm provides the three maps the dualizers need, for a matrix of shape ``(..., m, n)``:
 
@@ -14,7 +14,7 @@ Each norm provides the three maps the dualizers need, for a matrix of shape ``(.
 | ``frobenius`` | ``||A||_F`` | ``eta X / ||X||_F`` | ``X min(1, eta / ||X||_F)`` |
 
 For symmetric sets (square ``X``) ``project_ball`` of the operator norms uses ``eig_clip(X, -r, r)``, which
-keeps the result exactly symmetric (seed 002 §6 table).
+keeps the result exactly symmetric (Cesista 2025 §6 table).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class OperatorNorm:
     """Spectral norm ``||A||_2`` (``rms=False``) or RMS→RMS norm ``sqrt(n/m) ||A||_2`` (``rms=True``).
 
     The RMS→RMS norm (Yang et al. 2024) is the operator norm between RMS-normalised spaces; its LMO is
-    ``-sqrt(m/n) eta msign(G)`` (seed 002 §6, A1.2). ``method`` selects the msign route (``"polar"``) or the
+    ``-sqrt(m/n) eta msign(G)`` (Cesista 2025 §6, A1.2). ``method`` selects the msign route (``"polar"``) or the
     SVD/eigh reference (``"exact"``).
     """
 
@@ -68,7 +68,7 @@ class OperatorNorm:
 
 
 class FrobeniusNorm:
-    """Frobenius norm ``||A||_F``; LMO ``-eta G / ||G||_F`` and the radial ball projection (seed 002 §3.1)."""
+    """Frobenius norm ``||A||_F``; LMO ``-eta G / ||G||_F`` and the radial ball projection (Cesista 2025 §3.1)."""
 
     name = "frobenius"
 

@@ -1,4 +1,4 @@
-"""``ManifoldSGD``: steepest descent on spectral sets as a ``torch.optim.Optimizer`` (seed 002 §3.1, A2).
+"""``ManifoldSGD``: steepest descent on spectral sets as a ``torch.optim.Optimizer`` (Cesista 2025 §3.1, A2).
 
 Per matrix parameter ``W`` (in a set ``M``) with gradient ``g``::
 
@@ -8,7 +8,7 @@ Per matrix parameter ``W`` (in a set ``M``) with gradient ``g``::
     W  <- retract_M((1 - lr * weight_decay) W + A)
 
 ``manifold=None`` gives unconstrained steepest descent under the norm; with ``weight_decay = lambda`` this is
-the weight-decay-as-constraint view of seed 002 A2: ``W <- (1 - lr lambda) W + A`` with ``||A|| <= lr`` keeps
+the weight-decay-as-constraint view of Cesista 2025 A2: ``W <- (1 - lr lambda) W + A`` with ``||A|| <= lr`` keeps
 ``limsup ||W|| <= 1 / lambda`` in the chosen norm (Prop. 3), i.e. an implicit ball of radius ``1/lambda``.
 Parameters with fewer than 2 dims (biases, gains) get plain SGD with momentum: ``p <- p - lr * D``.
 

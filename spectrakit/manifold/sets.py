@@ -1,6 +1,6 @@
 """Spectral constraint sets with one interface: ``retract``, ``faces``, ``project_tangent``, ``contains``.
 
-Seed 002 §3–§5 and appendix A1 (SPEC §4):
+Cesista 2025 §3–§5 and appendix A1:
 
 | set | retraction | tangent-cone projection (``X̂ = sym(X)``) |
 |---|---|---|
@@ -101,7 +101,7 @@ class SpectralSet:
 # symmetric sets
 # ------------------------------------------------------------------------------------------------
 class Spectrahedron(SpectralSet):
-    """Convex spectrahedron ``{W = W^T : lo I ≼ W ≼ hi I}`` (seed 002 §4).
+    """Convex spectrahedron ``{W = W^T : lo I ≼ W ≼ hi I}`` (Cesista 2025 §4).
 
     ``retract = eig_clip(lo, hi)`` (or ``eig_relu`` / ``eig_hardcap`` for a one-sided set). Faces:
     ``P_lo = I - eig_stepfun(W, lo + tol)`` (constraint ``P_lo X̂ P_lo ≽ 0``) and
@@ -126,7 +126,7 @@ class Spectrahedron(SpectralSet):
             raise ValueError(f"lo must be < inf and hi > -inf, got lo={self.lo}, hi={self.hi}")
 
     def retract(self, W: torch.Tensor) -> torch.Tensor:
-        """``eig_clip_[lo, hi](sym(W))`` (seed 002 §2.1)."""
+        """``eig_clip_[lo, hi](sym(W))`` (Cesista 2025 §2.1)."""
         self._check(W, "W")
         if math.isinf(self.hi):
             return _ops.eig_relu(W, self.lo, self.method)
@@ -158,14 +158,14 @@ class Spectrahedron(SpectralSet):
 
 
 class PSDCone(Spectrahedron):
-    """Positive semidefinite cone ``{W = W^T : W ≽ 0}`` (seed 002 §3): ``retract = proj_psd``, one face
+    """Positive semidefinite cone ``{W = W^T : W ≽ 0}`` (Cesista 2025 §3): ``retract = proj_psd``, one face
     ``P_0 = I - eig_stepfun(W, tol)`` (near-null space), tangent projection ``X̂ - proj_nsd(P_0 X̂ P_0)``."""
 
     def __init__(self, *, tol: float = 1e-2, method: str = "polar"):
         super().__init__(0.0, math.inf, tol=tol, method=method)
 
     def retract(self, W: torch.Tensor) -> torch.Tensor:
-        """``proj_psd(W) = (Ŵ + Ŵ msign(Ŵ)) / 2`` with ``Ŵ = sym(W)`` (seed 002 §2.2)."""
+        """``proj_psd(W) = (Ŵ + Ŵ msign(Ŵ)) / 2`` with ``Ŵ = sym(W)`` (Cesista 2025 §2.2)."""
         self._check(W, "W")
         return _ops.proj_psd(W, self.method)
 
@@ -177,7 +177,7 @@ class PSDCone(Spectrahedron):
 # rectangular sets
 # ------------------------------------------------------------------------------------------------
 class SpectralBand(SpectralSet):
-    """Spectral band ``{W : lo <= sigma_i(W) <= hi}`` (seed 002 A1), radii optionally in the RMS→RMS scale.
+    """Spectral band ``{W : lo <= sigma_i(W) <= hi}`` (Cesista 2025 A1), radii optionally in the RMS→RMS scale.
 
     ``retract = spectral_clip(lo, hi)``. Faces (in the tall orientation, wide inputs are transposed):
     upper ``P_hi = eig_stepfun(W^T W / hi^2, 1 - tol)``, ``J_hi = W P_hi / hi`` (constraint
@@ -215,7 +215,7 @@ class SpectralBand(SpectralSet):
         return _ops.spectral_clip(W, lo, hi, self.method)
 
     def faces(self, W: torch.Tensor) -> list[Face]:
-        """Active singular subspaces ``(J, P_V, lower, transposed)`` (seed 002 §5.1.3, A1.1)."""
+        """Active singular subspaces ``(J, P_V, lower, transposed)`` (Cesista 2025 §5.1.3, A1.1)."""
         self._check(W, "W")
         lo, hi = self.radii(W)
         transposed = W.shape[-2] < W.shape[-1]
@@ -238,7 +238,7 @@ class SpectralBand(SpectralSet):
 
 
 class SpectralBall(SpectralBand):
-    """Spectral ball ``{W : ||W||_2 <= R}`` (seed 002 §5), ``R = radius`` or ``radius * sqrt(m/n)``
+    """Spectral ball ``{W : ||W||_2 <= R}`` (Cesista 2025 §5), ``R = radius`` or ``radius * sqrt(m/n)``
     (``rms=True``).
 
     ``retract = spectral_hardcap(R)``; tangent projection ``X - J_R proj_psd(sym(J_R^T X P_V))`` with
@@ -277,7 +277,7 @@ class SpectralBall(SpectralBand):
 class Stiefel(SpectralBand):
     """(Scaled) Stiefel manifold: all singular values equal ``s = 1`` (or ``sqrt(m/n)`` with ``rms=True``).
 
-    The spectral band ``[s, s]`` (seed 002 A1.1.1): ``retract(W) = s msign(W)``; tangent projection
+    The spectral band ``[s, s]`` (Cesista 2025 A1.1.1): ``retract(W) = s msign(W)``; tangent projection
     ``X - Q sym(Q^T X)`` with ``Q = W / s`` for tall ``W`` (``X - sym(X Q^T) Q`` for wide ``W``), which the
     band
     formula reduces to (checked in the tests). Args: ``rms``, ``tol``, ``method`` as in :class:`SpectralBand`.
@@ -316,7 +316,7 @@ class Stiefel(SpectralBand):
 
 def dilation(W: torch.Tensor) -> torch.Tensor:
     """``Phi(W) = [[0, W], [W^T, 0]]`` (shape ``(..., m+n, m+n)``); its eigenvalues are ``±sigma_i(W)``
-    (and ``|m - n|`` zeros). Seed 002 §5.1.1."""
+    (and ``|m - n|`` zeros). Cesista 2025 §5.1.1."""
     m, n = W.shape[-2:]
     top = torch.cat([torch.zeros(*W.shape[:-2], m, m, dtype=W.dtype, device=W.device), W], dim=-1)
     bot = torch.cat([W.mT, torch.zeros(*W.shape[:-2], n, n, dtype=W.dtype, device=W.device)], dim=-1)

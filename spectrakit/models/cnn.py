@@ -2,7 +2,7 @@
 
 ``SmallResNet``: conv3x3-BN-ReLU stem, then stages of basic residual blocks (conv-BN-ReLU-conv-BN + shortcut,
 the first block of a stage downsamples with stride 2 and a 1x1 conv-BN shortcut), global average pooling and a
-linear classifier — the ResNet-18 layout of seed 001 §6 at a size that trains on a CPU.
+linear classifier — the ResNet-18 layout of Grishina, Gorbunov and Rakhuba 2024 §6 at a size that trains on a CPU.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""LLaMA-style decoder-only language model (seed 000 §6.2, App. F.3 / Table F.1).
+"""LLaMA-style decoder-only language model (Jiang, Semenov and Stich 2026 §6.2, App. F.3 / Table F.1).
 
 Architecture: token embedding -> ``n_layers`` pre-norm blocks -> RMSNorm -> linear head, where a block is
 ``x + Attn(RMSNorm(x))`` then ``x + SwiGLU(RMSNorm(x))``; attention uses rotary position embeddings (RoPE)
@@ -66,7 +66,8 @@ class LlamaConfig:
         check_scalar(self.init_std, "init_std", low=0, low_inclusive=False, allow_tensor=False)
 
 
-# name -> (dim, n_layers, n_heads, max_seq_len, tie_embeddings). 124m/160m follow Table F.1 of seed 000
+# name -> (dim, n_layers, n_heads, max_seq_len, tie_embeddings). 124m/160m follow Table F.1 of Jiang, Semenov and Stich
+# 2026
 # (124M: tied embeddings, 160M: untied; exact counts depend on the vocabulary of the tokenizer).
 PRESETS: dict[str, dict] = {
     "tiny": dict(dim=128, n_layers=4, n_heads=4, max_seq_len=128),

@@ -1,4 +1,4 @@
-"""Bias-free multilayer perceptron used by the steepest-descent-on-spectral-sets experiments (seed 002 §6).
+"""Bias-free multilayer perceptron used by the steepest-descent-on-spectral-sets experiments (Cesista 2025 §6).
 
 ``MLP(dims)`` computes ``x -> W_L phi(... phi(W_2 phi(W_1 x)))`` with ``W_l`` of shape ``(dims[l],
 dims[l-1])``

@@ -1,4 +1,4 @@
-"""SPECTRA, Muon and the plain optimizers as one update pipeline (seed 000, SPEC §2).
+"""SPECTRA, Muon and the plain optimizers as one update pipeline (Jiang, Semenov and Stich 2026).
 
 ``pre(grad) -> base direction (with state) -> post-transform -> p <- (1 - lr wd) p - lr alpha post(U)``
 

@@ -1,4 +1,4 @@
-"""Base directions ``U_k`` of the update pipeline (seed 000 §2 eq. (1), Alg. 2 line 10).
+"""Base directions ``U_k`` of the update pipeline (Jiang, Semenov and Stich 2026 §2 eq. (1), Alg. 2 line 10).
 
 A base direction is a small stateless object with
 

@@ -1,6 +1,7 @@
 """Named optimizers: each is :class:`~spectrakit.optim.Spectra` with preset defaults (no copied code).
 
-``SpectraX`` = base X + ``post="soft_clip"`` (c = 10, wd = 0.1, alpha = max(1, sqrt(m/n))), seed 000 §5.
+``SpectraX`` = base X + ``post="soft_clip"`` (c = 10, wd = 0.1, alpha = max(1, sqrt(m/n))), Jiang, Semenov and Stich
+2026 §5.
 Plain ``X`` = base X + ``post="none"`` (alpha = 1): the published optimizer itself.
 ``Muon`` = EMA-Nesterov momentum 0.95 + Frobenius-normalised Newton-Schulz quintic (bf16) +
 ``max(1, m/n)^0.5`` (Jordan et al. 2024), equal to ``torch.optim.Muon``.
@@ -26,7 +27,7 @@ def _preset(name: str, doc: str, **preset):
 
 
 _SPECTRA = dict(post="soft_clip", weight_decay=0.1, c=10.0)
-_SEED = "Seed 000 Alg. 2 with this base; arguments, ranges and errors as in :class:`Spectra`."
+_SEED = "Jiang, Semenov and Stich 2026 Alg. 2 with this base; arguments, ranges and errors as in :class:`Spectra`."
 
 SpectraAdamW = _preset(
     "SpectraAdamW",

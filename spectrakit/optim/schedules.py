@@ -1,4 +1,4 @@
-"""Clip-threshold schedules ``c_k`` for SPECTRA (seed 000 §5.2 item 3 and §F.3, eq. "standard").
+"""Clip-threshold schedules ``c_k`` for SPECTRA (Jiang, Semenov and Stich 2026 §5.2 item 3 and §F.3, eq. "standard").
 
 A schedule is a plain dict stored in the param group (so ``state_dict`` saves it and ``torch.save`` with
 ``weights_only=True`` loads it) and evaluated by the pure function :func:`clip_threshold` from the
@@ -79,7 +79,7 @@ def make_schedule(spec=None, name: str = "c_schedule") -> dict:
 def clip_threshold(c: float, k: int, lr: float, peak_lr: float, warmup_steps: int, schedule: dict) -> float:
     """Clip threshold ``c_k`` for step index ``k`` (0-based count of previous ``step()`` calls).
 
-    Formula (seed 000 §F.3, "standard", plus the optional final decay):
+    Formula (Jiang, Semenov and Stich 2026 §F.3, "standard", plus the optional final decay):
 
     - warm-up (``k < warmup_steps`` and ``schedule['warmup'] == 'inverse_lr'``):
       ``c_k = c * lr_peak / lr_k``, which keeps ``c_k * lr_k`` (the spectral-norm bound of the update)

@@ -1,4 +1,4 @@
-"""The SPECTRA update pipeline as one ``torch.optim.Optimizer`` (seed 000 Alg. 2, SPEC §2).
+"""The SPECTRA update pipeline as one ``torch.optim.Optimizer`` (Jiang, Semenov and Stich 2026 Alg. 2).
 
 For every parameter ``X`` with a gradient ``g`` (matrices: ndim >= 2, conv kernels viewed as
 ``(out, in*k*k)``):
@@ -112,7 +112,7 @@ def check_finite_hyperparameters(group: dict, allow_inf=("c", "pre_c")) -> None:
 
 
 class Spectra(torch.optim.Optimizer):
-    r"""One update pipeline for SPECTRA, Muon and the plain optimizers (seed 000 Alg. 2).
+    r"""One update pipeline for SPECTRA, Muon and the plain optimizers (Jiang, Semenov and Stich 2026 Alg. 2).
 
     ``X <- (1 - lr_k wd) X - lr_k * alpha * post(base(pre(g)), c_k)``.
 

@@ -6,7 +6,7 @@ iterative ones, e.g. bfloat16; ``steps``: their iteration count; None = linalg's
 optimizer calls it once per (shape, dtype) batch. Names:
 
 - ``soft_clip`` (the optimizers' default post-transform; alias of ``soft_clip_fast``):
-  ``s -> s / sqrt(1 + s^2/c^2)`` (SPECTRA's SSC, seed 000 §5.1), see ``soft_clip_fast``;
+  ``s -> s / sqrt(1 + s^2/c^2)`` (SPECTRA's SSC, Jiang, Semenov and Stich 2026 §5.1), see ``soft_clip_fast``;
 - ``soft_clip_accurate``: the same map by ``linalg.soft_clip``'s default polar route (3 tall + 6 Gram
   steps in fp32, error <= 1e-3 for ``sigma_max/c`` up to 1e4); the default PRE-transform (raw gradients
   can be far above ``pre_c``);
@@ -20,14 +20,14 @@ optimizer calls it once per (shape, dtype) batch. Names:
   10 coupled Newton-Schulz steps on the Gram matrix: fewer FLOPs for very wide matrices, but the small
   singular values are under-amplified when ``sigma_max/c >~ 100``);
 - ``soft_clip_exact``: the same map by a float64 SVD (reference);
-- ``hard_clip``: ``s -> min(s, c)`` (``clip^sp_c`` of seed 000 §2) by a float64 SVD;
+- ``hard_clip``: ``s -> min(s, c)`` (``clip^sp_c`` of Jiang, Semenov and Stich 2026 §2) by a float64 SVD;
 - ``hardcap``: ``s -> min(s, c)`` by ``linalg.spectral_hardcap``;
 - ``orthogonalize``: ``s -> 1`` (post-orthogonalisation ablation, §F.3 Table F.8), ``linalg.orthogonalize``;
 - ``newton_schulz5``: ``s -> ~1`` in [0.7, 1.2] (Muon's quintic x 5 steps from a Frobenius-normalised
   start, Jordan et al. 2024; bit-identical to ``torch.optim.Muon``), ``linalg.msign(schedule="muon",
   normalize="frobenius")``; ``newton_schulz5_spectral``: the same quintic from linalg's spectral-bound
   start (``linalg.msign(schedule="muon")``);
-- ``global_clip``: ``U -> U min(1, c / ||U||_F)`` (global clipping ``clip^g_c``, seed 000 §2);
+- ``global_clip``: ``U -> U min(1, c / ||U||_F)`` (global clipping ``clip^g_c``, Jiang, Semenov and Stich 2026 §2);
 - ``spectral_lmo``: ``s -> s*(s)`` of the regularised Frank–Wolfe subproblem over the spectral ball of
   radius ``c`` with the group's ``regularizer`` (``"frobenius"``, ``"nuclear"``, ``"schatten"`` with ``p``,
   ``"entropy"``) and strength ``b`` (Jiang, Semenov & Stich 2026, §3.1, App. E.3; ``linalg.spectral_lmo``);
@@ -66,17 +66,20 @@ def _svd_map(U: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> tor
 
 
 def soft_clip_exact(U: torch.Tensor, c: float, steps=None, dtype=None) -> torch.Tensor:
-    """Exact soft spectral clip ``P diag(s / sqrt(1 + s^2/c^2)) Q^T`` by a float64 SVD (seed 000 eq. H_c)."""
+    """Exact soft spectral clip ``P diag(s / sqrt(1 + s^2/c^2)) Q^T`` by a float64 SVD (Jiang, Semenov and Stich 2026
+    eq. H_c)."""
     return _svd_map(U, lambda s: s / torch.sqrt(1 + (s / c) ** 2))
 
 
 def hard_clip_exact(U: torch.Tensor, c: float, steps=None, dtype=None) -> torch.Tensor:
-    """Exact hard spectral clip ``P diag(min(s, c)) Q^T`` by a float64 SVD (seed 000 §2, ``clip^sp_c``)."""
+    """Exact hard spectral clip ``P diag(min(s, c)) Q^T`` by a float64 SVD (Jiang, Semenov and Stich 2026 §2,
+    ``clip^sp_c``)."""
     return _svd_map(U, lambda s: s.clamp(max=c))
 
 
 def global_clip(U: torch.Tensor, c: float, steps=None, dtype=None) -> torch.Tensor:
-    """Global (Frobenius) clipping ``U * min(1, c / ||U||_F)`` per matrix (seed 000 §2, ``clip^g_c``);
+    """Global (Frobenius) clipping ``U * min(1, c / ||U||_F)`` per matrix (Jiang, Semenov and Stich 2026 §2,
+    ``clip^g_c``);
     the baseline that shrinks signal and noise alike. No host sync (``clamp`` on tensors)."""
     norm = torch.linalg.matrix_norm(U, keepdim=True)
     return U * (c / norm.clamp_min(c))
@@ -210,7 +213,7 @@ POST_TRANSFORMS: dict[str, Callable | None] = {
     "none": None,
 }
 # transforms that use the threshold c (the others ignore it)
-# pre-transforms of the raw gradient (seed 000 Alg. 2 line 5)
+# pre-transforms of the raw gradient (Jiang, Semenov and Stich 2026 Alg. 2 line 5)
 PRE_TRANSFORMS = ("soft_clip", "soft_clip_accurate", "soft_clip_fast", "soft_clip_ns", "soft_clip_exact", "hard_clip")
 
 SCALES = ("auto", "spectra", "muon", "moonlight", "none")
@@ -222,10 +225,11 @@ def matrix_shape(shape: torch.Size) -> tuple[int, int]:
 
 
 def update_scale(scale, post: str, m: int, n: int) -> float:
-    """Scale ``alpha`` of the update of an ``(m, n)`` matrix (seed 000 §5.2 item 1).
+    """Scale ``alpha`` of the update of an ``(m, n)`` matrix (Jiang, Semenov and Stich 2026 §5.2 item 1).
 
     ``scale``: a positive number (used as is) or a name:
-    ``"spectra"``: ``max(1, sqrt(m/n))`` (the RMS->RMS alignment of seed 000; a ``(vocab, d)`` embedding
+    ``"spectra"``: ``max(1, sqrt(m/n))`` (the RMS->RMS alignment of Jiang, Semenov and Stich 2026; a ``(vocab, d)``
+    embedding
     or head gets ``sqrt(vocab/d)`` as in the paper's reference code);
     ``"muon"``: Keller Jordan's ``max(1, m/n)^0.5`` (the same number, kept as a separate name);
     ``"moonlight"``: ``0.2 * sqrt(max(m, n))`` (D-Muon, Liu et al. 2025);
@@ -253,7 +257,7 @@ def update_scale(scale, post: str, m: int, n: int) -> float:
 
 def vector_soft_clip_factors(norms: torch.Tensor, c: float) -> torch.Tensor:
     """Factors ``1 / sqrt(1 + ||g||^2 / c^2)`` of the smooth vector clip ``g -> g / sqrt(1 + ||g||^2/c^2)``
-    (seed 000 §5.2, the 1-D case of SSC), for a tensor of norms."""
+    (Jiang, Semenov and Stich 2026 §5.2, the 1-D case of SSC), for a tensor of norms."""
     return torch.rsqrt(1 + (norms / c) ** 2)
 
 

@@ -1,4 +1,4 @@
-"""Spectral diagnostics of a training run (seed 000 §4.1, App. F.2, Fig. 4).
+"""Spectral diagnostics of a training run (Jiang, Semenov and Stich 2026 §4.1, App. F.2, Fig. 4).
 
 :class:`SpectralDiagnostics` (a training-loop callback) records, every ``every`` steps, per matrix
 parameter ``W`` (``ndim >= 2``, viewed as ``(out, in)``):
@@ -60,7 +60,7 @@ def batched_spectral_norms(mats: list[torch.Tensor]) -> list[float]:
 
 
 def subspace_distance(U1: torch.Tensor, U2: torch.Tensor, kind: str = "spectral") -> torch.Tensor:
-    """Distance between the column spans of orthonormal ``U1, U2`` (m x r) (seed 000 §F.2.2):
+    """Distance between the column spans of orthonormal ``U1, U2`` (m x r) (Jiang, Semenov and Stich 2026 §F.2.2):
     with ``A = U1^T U2`` and ``B = I - A A^T``, ``spectral = sqrt(lambda_max(B)) = max_i sin(theta_i)`` and
     ``chordal = sqrt(trace(B) / r)``. Uses :func:`spectrakit.linalg.subspace_distance` when available."""
     check_choice(kind, "kind", ("spectral", "chordal"))
@@ -238,7 +238,8 @@ class SpectralDiagnostics:
 def noise_structure(
     model: torch.nn.Module, signal_batches, sample_batches, *, names=None, r: int = 5, autocast=None
 ) -> list[dict]:
-    """Noise-structure analysis of seed 000 §F.2.2 for the matrix parameters ``names`` (default: all).
+    """Noise-structure analysis of Jiang, Semenov and Stich 2026 §F.2.2 for the matrix parameters ``names`` (default:
+    all).
 
     Args:
         model: an (unwrapped) LM returning ``(logits, loss)`` from ``model(x, y)``.

@@ -1,4 +1,4 @@
-"""The training loop for language models (seed 000 §6.2 / App. F.3 protocol).
+"""The training loop for language models (Jiang, Semenov and Stich 2026 §6.2 / App. F.3 protocol).
 
 One optimizer step = ``grad_accum`` micro-batches (forward in bf16 autocast on CUDA, backward with the loss
 divided by ``grad_accum``; DDP gradient sync only on the last one) -> optional global grad-norm clipping

@@ -1,12 +1,14 @@
 """Optimizer registry by name for training runs: ``--optimizers adamw,spectra-adamw,...``.
 
 Each name maps to a class of :mod:`spectrakit.optim` and the paper's reference hyper-parameters
-(seed 000, Tables F.9-F.16): AdamW betas (0.8, 0.999); Signum momentum 0.95 with Nesterov; AdEMAMix betas
+(Jiang, Semenov and Stich 2026, Tables F.9-F.16): AdamW betas (0.8, 0.999); Signum momentum 0.95 with Nesterov;
+AdEMAMix betas
 (0.9, 0.999, 0.999) and alpha 8; weight decay 0.1 on matrices. ``torch-adamw`` is ``torch.optim.AdamW``
 (a reference implementation to compare against).
 
 Parameter groups (:func:`param_groups`): every parameter with ``ndim >= 2`` — attention/MLP matrices and
-the untied embedding and head, as in the reference code of seed 000 — gets weight decay and, for SPECTRA
+the untied embedding and head, as in the reference code of Jiang, Semenov and Stich 2026 — gets weight decay and, for
+SPECTRA
 variants, the post soft spectral clip with ``alpha = max(1, sqrt(m/n))`` (``sqrt(vocab/d)`` for the
 embedding/head, reproducing the reference code); 1-D parameters (RMSNorm gains) get no weight decay.
 For ``muon``/``dmuon`` the embedding, head and 1-D parameters form groups updated by plain AdamW

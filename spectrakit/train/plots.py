@@ -4,7 +4,8 @@ Each RUN_DIR is a folder written by the training loop (``metrics.jsonl``) and op
 :class:`~spectrakit.train.diagnostics.SpectralDiagnostics` (``diagnostics.jsonl``, ``layers.jsonl``,
 ``spectra.jsonl``) and :class:`~spectrakit.train.diagnostics.NoiseStructure` (``noise.jsonl``). Writes PNGs:
 ``loss.png`` (training and validation loss), ``norms.png`` (aggregated l_inf / Frobenius norms and the
-largest weight and update spectral norms, seed 000 Fig. 4), ``spectra.png`` (singular values of gradients
+largest weight and update spectral norms, Jiang, Semenov and Stich 2026 Fig. 4), ``spectra.png`` (singular values of
+gradients
 and updates at the recorded steps, Fig. F.9-F.13) and ``noise.png`` (top noise singular value over the
 signal norm and subspace distances, Fig. F.14).
 """

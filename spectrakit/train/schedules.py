@@ -1,4 +1,5 @@
-"""Learning-rate schedules with linear warm-up: WSD (warm-up, stable, decay) and cosine (seed 000 §6.2, F.3).
+"""Learning-rate schedules with linear warm-up: WSD (warm-up, stable, decay) and cosine (Jiang, Semenov and Stich 2026
+§6.2, F.3).
 
 Both are multiplicative factors ``f(k)`` of the peak LR at step ``k`` (0-based), used through
 ``torch.optim.lr_scheduler.LambdaLR`` so their state is checkpointed with the usual ``state_dict``.

@@ -99,6 +99,21 @@ def test_grid_sweeps_c_only_for_spectra_optimizers_and_validates():
         sw.grid(("spectra-adamw",), (1e-3,), (0,), cs=(math.inf,))
 
 
+def test_lr_multiples_of_each_optimizers_default():
+    from spectrakit.train.optimizers import OPTIMIZERS
+
+    lrs = sw.parse_lrs("0.5x, 2X,1e-3")
+    assert lrs == ["0.5x", "2x", 1e-3]
+    pts = sw.grid(("signum", "muon"), lrs, (0,))
+    got = {(p["optimizer"], p["lr"]) for p in pts}
+    for name in ("signum", "muon"):
+        d = OPTIMIZERS[name].lr
+        assert sorted(lr for n, lr in got if n == name) == pytest.approx(sorted([0.5 * d, 2 * d, 1e-3]))
+    for bad in ("fast", "1e-3,x", "-1x"):
+        with pytest.raises(ValueError, match="lrs"):
+            sw.grid(("adamw",), sw.parse_lrs(bad), (0,))
+
+
 def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch, capsys):
     out = str(tmp_path / "sw")
     argv = ["sweep", "--optimizers", "adamw,spectra-adamw", "--lrs", "1e-3,1e-2", "--seeds", "0",
