@@ -1,6 +1,6 @@
-"""Thread policy of the command line: wall time of `spectrakit ops` and a short `spectrakit compare` with one
-thread per core (PyTorch's default) and with the command line's policy (only the cores not busy with other
-work), on an idle machine and under a synthetic load of busy processes.
+"""Thread policy of the command line: wall time of `spectrakit ops`, a short `spectrakit compare` and the
+linear-algebra part of the test suite with one thread per core (PyTorch's default) and with the policy
+(only the cores not busy with other work), on an idle machine and under a synthetic load of busy processes.
 
     python benchmarks/bench_threads.py [--load 2] [--write]
 
@@ -24,15 +24,22 @@ from _common import command_line, write_section  # noqa: E402
 COMMANDS = {
     "ops": ["ops", "--shapes", "128x256", "--reps", "3"],
     "compare (40 steps)": ["compare", "--steps", "40", "--eval-every", "20", "--quiet", "--force"],
+    "tests (tests/linalg)": None,  # pytest: the suite's conftest applies the same policy
 }
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _run(args: list[str], threads: str | None, out: str) -> float:
+def _run(args: list[str] | None, threads: str | None, out: str) -> float:
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    extra = ["--threads", threads] if threads else []
+    if args is None:  # the tests: threads forced through the environment, as a user would
+        cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/linalg"]
+        if threads:
+            env["OMP_NUM_THREADS"] = threads
+    else:
+        extra = ["--threads", threads] if threads else []
+        cmd = [sys.executable, "-m", "spectrakit", *args, *extra, "--out", out]
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "spectrakit", *args, *extra, "--out", out], env=env, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, env=env, check=True, cwd=_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 
@@ -52,9 +59,11 @@ def main() -> None:
                 time.sleep(65)  # let the 1-minute load average see the load, as the policy reads it
             try:
                 for name in args.commands.split(","):
+                    load = os.getloadavg()[0]
                     t_all = _run(COMMANDS[name], str(cores), os.path.join(tmp, "a"))
                     t_pol = _run(COMMANDS[name], None, os.path.join(tmp, "b"))
-                    rows.append((name, f"{args.load} busy processes" if loaded else "idle", t_all, t_pol))
+                    rows.append((name, (f"{args.load} busy processes" if loaded else "idle") + f" (load {load:.1f})",
+                                 t_all, t_pol))
                     print(rows[-1], flush=True)
             finally:
                 for p in busy:

@@ -87,6 +87,15 @@ def eigen_signs(mats: list[torch.Tensor], cdt: torch.dtype, steps: int | None) -
 # excess by ~2.5e7 again: largest spectral norm 3.9 / 1.0000006 / 1.0000006 at k = 1e8 for 1 / 2 / 3 passes,
 # 2.4e4 / 1.0006 / 1.0000005 at 1e12, 2.3e12 / 5.1e4 / 1.0003 at 1e20. Three passes: <= 1e-3 up to ~1e20.
 CLIP_PASSES = 3
+MAX_PASSES = 16
+
+
+def check_passes(passes) -> int:
+    """``passes`` of the clips: None -> :data:`CLIP_PASSES`; else an int in [1, MAX_PASSES] (``ValueError``)."""
+    if passes is None:
+        return CLIP_PASSES
+    check_int(passes, "passes", low=1, high=MAX_PASSES)
+    return int(passes)
 
 
 def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passes: int = CLIP_PASSES,
@@ -158,7 +167,7 @@ def _check_order(lo, hi):
 
 
 def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | None = None,
-             dtype: torch.dtype | None = None) -> torch.Tensor:
+             dtype: torch.dtype | None = None, passes: int | None = None) -> torch.Tensor:
     """Eigenvalue clip ``Q clip_[lo, hi](Lambda) Q^T`` of symmetric ``W`` (Cesista 2025 §2.1).
 
     ``= ((lo + hi) I + (lo I - W) msign(lo I - W) - (hi I - W) msign(hi I - W)) / 2`` (both signs in one
@@ -173,6 +182,10 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
         W: ``(..., n, n)`` floating tensor (symmetrised first), finite.
         lo, hi: finite thresholds with lo <= hi; floats or tensors broadcastable to ``W.shape[:-2]``.
         method: "polar" or "exact" (float64 eigh). steps: sign iterations (1..100), default by dtype.
+        passes: refinement passes of the polar route (1..16, default :data:`CLIP_PASSES` = 3). Each pass
+            divides the excess over a cap by ~2.5e7 in fp32: 3 passes hold the caps to 1e-3 for ratios
+            ``lambda_max / |t|`` up to ~1e20, 5 up to ~1e35, 6 over fp32's whole exponent range (1e38);
+            each pass costs one more ``n x n`` eigen-sign.
         dtype: compute dtype (bf16: the sign steps run in fp32 until the tracked lower bound reaches
             ``polar.CLIP_BF16_SWITCH``); output has W's dtype.
 
@@ -181,6 +194,7 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
         thresholds non-finite or not broadcastable, lo > hi, unknown method, steps out of range.
     """
     _prep(W, "W", method, steps)
+    passes = check_passes(passes)
     cdt = compute_dtype(W, dtype)
     lo_t = threshold(lo, "lo", W, torch.float64 if method == "exact" else cdt)
     hi_t = threshold(hi, "hi", W, torch.float64 if method == "exact" else cdt)
@@ -196,13 +210,14 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
     if W.numel() == 0:  # an empty matrix maps to itself
         return W.clone()
     w, _ = _work(W, cdt)
-    return clip_sym(w, _thr_work(lo_t, w), _thr_work(hi_t, w), cdt, steps).to(W.dtype)
+    return clip_sym(w, _thr_work(lo_t, w), _thr_work(hi_t, w), cdt, steps, passes).to(W.dtype)
 
 
-def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dtype) -> torch.Tensor:
+def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dtype, passes=None) -> torch.Tensor:
     """``(t I + W + side (t I - W) msign(t I - W)) / 2``: ``Q max(Lambda, t) Q^T`` for ``side = +1``,
     ``Q min(Lambda, t) Q^T`` for ``side = -1`` (one eigen-sign; the exact path applies max/min to ``eigh``)."""
     _prep(W, "W", method, steps)
+    passes = check_passes(passes)
     cdt = compute_dtype(W, dtype)
     t_t = threshold(t, name, W, torch.float64 if method == "exact" else cdt)
     if method == "exact":
@@ -214,27 +229,27 @@ def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dty
     w, _ = _work(W, cdt)
     t_w = _thr_work(t_t, w)
     lo, hi = (t_w, None) if side > 0 else (None, t_w)
-    return clip_sym(w, lo, hi, cdt, steps).to(W.dtype)
+    return clip_sym(w, lo, hi, cdt, steps, passes).to(W.dtype)
 
 
 def eig_relu(W: torch.Tensor, lo, *, method: str = "polar", steps: int | None = None,
-             dtype: torch.dtype | None = None) -> torch.Tensor:
+             dtype: torch.dtype | None = None, passes: int | None = None) -> torch.Tensor:
     """``Q max(Lambda, lo) Q^T = (lo I + W + (lo I - W) msign(lo I - W)) / 2`` (Cesista 2025 §2.2),
     computed as ``lo I + R (W - lo I) R`` with ``R = (I - msign(lo I - W)) / 2`` (module docstring).
 
     Arguments and errors as :func:`eig_clip` (``lo`` finite, float or batch-broadcastable tensor).
     """
-    return _one_sided(W, lo, "lo", +1, method, steps, dtype)
+    return _one_sided(W, lo, "lo", +1, method, steps, dtype, passes)
 
 
 def eig_hardcap(W: torch.Tensor, hi, *, method: str = "polar", steps: int | None = None,
-                dtype: torch.dtype | None = None) -> torch.Tensor:
+                dtype: torch.dtype | None = None, passes: int | None = None) -> torch.Tensor:
     """``Q min(Lambda, hi) Q^T = (hi I + W - (hi I - W) msign(hi I - W)) / 2`` (Cesista 2025 §2.3),
     computed as ``hi I + P (W - hi I) P`` with ``P = (I + msign(hi I - W)) / 2`` (module docstring).
 
     Arguments and errors as :func:`eig_clip` (``hi`` finite, float or batch-broadcastable tensor).
     """
-    return _one_sided(W, hi, "hi", -1, method, steps, dtype)
+    return _one_sided(W, hi, "hi", -1, method, steps, dtype, passes)
 
 
 def proj_psd(W: torch.Tensor, *, method: str = "polar", steps: int | None = None,

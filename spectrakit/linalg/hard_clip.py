@@ -59,7 +59,7 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
 
 from ._util import compute_dtype, frob, mT, threshold, tiny_for
-from .eig import clip_sym
+from .eig import CLIP_PASSES, check_passes, clip_sym
 from .polar import clip_sign, to_wide
 
 METHODS = ("polar", "dilation", "nested", "exact")
@@ -104,7 +104,7 @@ def _hardcap_dilation(w: torch.Tensor, ts: torch.Tensor, cdt: torch.dtype, steps
 
 
 def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None, cdt: torch.dtype,
-              steps: int | None) -> torch.Tensor:
+              steps: int | None, passes: int = CLIP_PASSES) -> torch.Tensor:
     """``clip_[lo, hi](A) O`` with ``O = msign(xw)``, ``A = sym(xw O^T)`` (module docstring, default route).
 
     ``xw``: wide ``(..., m, n)`` in the work dtype; ``lo``/``hi``: thresholds ``(..., 1, 1)`` in the work
@@ -116,7 +116,7 @@ def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None
     o = clip_sign(xs, cdt, steps)
     a = xs @ mT(o)
     a = (a + mT(a)) / 2
-    c = clip_sym(a, None if lo is None else lo / f, None if hi is None else hi / f, cdt, steps)
+    c = clip_sym(a, None if lo is None else lo / f, None if hi is None else hi / f, cdt, steps, passes)
     out = (c @ o) * f
     if hi is not None:                   # hi above an upper bound of s_max: exactly the identity
         keep = hi >= f
@@ -143,7 +143,8 @@ def _hardcap_nested(w: torch.Tensor, t, cdt: torch.dtype, steps: int | None) -> 
 
 
 def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "polar",
-                  steps: int | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+                  steps: int | None = None, dtype: torch.dtype | None = None,
+                  passes: int | None = None) -> torch.Tensor:
     """Hard spectral clip ``U clip_[lo, hi](S) V^T`` of ``X = U S V^T`` (Cesista 2025 §2).
 
     ``method="polar"`` (default): ``clip_[lo, hi](A) O`` with ``O = msign(X)`` and ``A = sym(X O^T) = U S U^T``,
@@ -167,14 +168,17 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
         steps: sign iterations (1..100); default: enough for the dtype's accuracy at lower bound 1e-6.
         dtype: compute dtype (bf16 runs the first sign steps in fp32, see the module docstring); output has
             X's dtype.
+        passes: refinement passes of the polar route (1..16, default 3; see :func:`~spectrakit.linalg.eig_clip`):
+            3 hold the cap to 1e-3 for ``sigma_max / hi`` up to ~1e20 in fp32, 5 up to ~1e35, 6 up to 1e38.
 
     Raises:
         TypeError: X not a floating tensor, thresholds not numbers/tensors.
         ValueError: non-finite X, lo < 0, hi <= 0, lo > hi, tensor thresholds not broadcastable to the
-            batch shape, unknown method, steps out of range.
+            batch shape, unknown method, steps or passes out of range.
     """
     check_tensor(X, "X", min_ndim=2)
     check_choice(method, "method", METHODS)
+    passes = check_passes(passes)
     if steps is not None:
         check_int(steps, "steps", low=1, high=100)
     cdt = compute_dtype(X, dtype)
@@ -207,7 +211,7 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
     elif method == "polar":
         lo_w = None if no_lo else _as_work(lo_t, work, x.device)
         hi_w = None if no_hi else _as_work(hi_t, work, x.device)
-        out = _clip_abs(xw, lo_w, hi_w, cdt, steps)
+        out = _clip_abs(xw, lo_w, hi_w, cdt, steps, passes)
     else:
         ts, signs = [], []
         if not no_hi:
@@ -231,14 +235,14 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
 
 
 def spectral_hardcap(X: torch.Tensor, hi, *, method: str = "polar", steps: int | None = None,
-                     dtype: torch.dtype | None = None) -> torch.Tensor:
+                     dtype: torch.dtype | None = None, passes: int | None = None) -> torch.Tensor:
     """``U min(S, hi) V^T`` = ``spectral_clip(X, 0, hi)``; same arguments/errors, hi > 0 finite
     or inf (identity)."""
-    return spectral_clip(X, 0.0, hi, method=method, steps=steps, dtype=dtype)
+    return spectral_clip(X, 0.0, hi, method=method, steps=steps, dtype=dtype, passes=passes)
 
 
 def spectral_relu(X: torch.Tensor, lo, *, method: str = "polar", steps: int | None = None,
-                  dtype: torch.dtype | None = None) -> torch.Tensor:
+                  dtype: torch.dtype | None = None, passes: int | None = None) -> torch.Tensor:
     """``U max(S, lo) V^T`` = ``spectral_clip(X, lo, inf)``; lo >= 0. Exactly zero singular
     values stay 0 on the polar route (see :func:`spectral_clip`)."""
-    return spectral_clip(X, lo, float("inf"), method=method, steps=steps, dtype=dtype)
+    return spectral_clip(X, lo, float("inf"), method=method, steps=steps, dtype=dtype, passes=passes)
