@@ -125,6 +125,17 @@ def parse_lrs(text: str) -> list:
     return out
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """``--shard I/N`` as ``(I, N)``; ``ValueError`` naming the flag unless ``0 <= I < N``."""
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard must look like I/N (e.g. 0/2), got {text!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ValueError(f"shard must be I/N with 0 <= I < N, got {text!r}")
+    return i, n
+
+
 def resolve_lr(lr, optimizer: str) -> float:
     """The peak LR of a grid entry for ``optimizer``: ``lr`` itself, or ``k`` times the optimizer's default LR
     (``spectrakit.train.optimizers.OPTIMIZERS``) for ``"kx"``."""
@@ -189,23 +200,36 @@ def _run_or_resume(run_dir: str, point: dict, options: dict) -> dict:
     return row
 
 
-def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, **options) -> dict:
+def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, shard: tuple[int, int] = (0, 1),
+          **options) -> dict:
     """Run (or skip when finished) every grid point; ``options`` are :class:`CompareOptions` fields
     (``optimizers`` and ``seeds`` span the grid, ``lr``/``c``/``out`` are set per point).
 
-    Returns ``{"rows", "points", "best", "differences", "ran", "skipped"}``: run rows, :func:`grid_table`,
-    :func:`select_best`, :func:`differences` and the names of the points trained now and skipped.
+    ``shard = (i, n)``: train only the unfinished points whose grid index is ``i`` mod ``n``, so that ``n``
+    processes (e.g. one per core, each with one thread) share one grid in one ``out`` folder; points of the
+    other shards enter the result only once finished (``pending`` lists the others). A last run without a
+    shard trains whatever is left and reports the whole grid.
+
+    Returns ``{"rows", "points", "best", "differences", "ran", "skipped", "pending"}``: run rows,
+    :func:`grid_table`, :func:`select_best`, :func:`differences` and the names of the points trained now,
+    finished before, and left to other shards.
     """
+    k, n_shards = shard
+    if not (isinstance(n_shards, int) and isinstance(k, int) and n_shards >= 1 and 0 <= k < n_shards):
+        raise ValueError(f"shard must be (i, n) with n >= 1 and 0 <= i < n, got {shard!r}")
     names = tuple(options.pop("optimizers", cmp.CompareOptions.optimizers))
     seeds = tuple(options.pop("seeds", cmp.CompareOptions.seeds))
     for key in ("lr", "out"):
         options.pop(key, None)
     cmp.CompareOptions(**options, optimizers=names, seeds=seeds).resolved()  # validate before any run
-    rows, ran, skipped = [], [], []
+    rows, ran, skipped, pending = [], [], [], []
     points_to_run = grid(names, tuple(lrs), seeds, tuple(cs))
     for i, point in enumerate(points_to_run, 1):
         run_dir = os.path.join(out, run_name(point))
         row = load_finished(run_dir)
+        if row is None and (i - 1) % n_shards != k:
+            pending.append(run_name(point))
+            continue
         if options.get("progress", True):
             state = "finished before, skipped" if row is not None else "training"
             print(f"sweep [{i}/{len(points_to_run)}] {run_name(point)}: {state}", file=sys.stderr, flush=True)
@@ -219,7 +243,7 @@ def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, **options) 
     points = grid_table(rows)
     best = select_best(points, tol)
     return {"rows": rows, "points": points, "best": best, "differences": differences(best), "ran": ran,
-            "skipped": skipped}
+            "skipped": skipped, "pending": pending}
 
 
 # ----------------------------------------------------------------------------- plots and report
@@ -288,6 +312,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "multiple of each optimizer's default LR (e.g. 0.25x,0.5x,1x,2x,4x)")
     parser.add_argument("--cs", default="", help="comma-separated SPECTRA clip thresholds c (> 0, finite) to "
                         "sweep for SPECTRA optimizers (default: --c only); c = inf is the base optimizer")
+    parser.add_argument("--shard", default="0/1",
+                        help="I/N: train only every N-th grid point starting at I (0 <= I < N), to run N sweeps "
+                        "side by side on one --out; a last run without --shard reports the whole grid")
     parser.add_argument("--tol", type=float, default=0.05,
                         help="report the LR range within this many nats of the best mean validation loss")
 
@@ -319,14 +346,16 @@ def run(args: argparse.Namespace) -> int:
         print("spectrakit sweep: error: --lr is set per point by --lrs; drop --lr", file=sys.stderr)
         return 2
     opts = _compare_options(args)
-    result = sweep(lrs=parse_lrs(args.lrs), cs=cmp._csv(args.cs, float), out=args.out, tol=args.tol, **opts)
+    result = sweep(lrs=parse_lrs(args.lrs), cs=cmp._csv(args.cs, float), out=args.out, tol=args.tol,
+                   shard=parse_shard(args.shard), **opts)
     paths = plot(result, args.out)
     command = invocation("sweep", "")
     env = environment()
     text = (f"## sweep\n\ndevice: {env['device']} · torch {env['torch']} · {env['date']}\n\n"
             + (f"command: `{command}`\n\n" if command else "")
             + f"runs: {len(result['rows'])} ({len(result['ran'])} trained now, {len(result['skipped'])} "
-            f"finished before), wall {time.perf_counter() - t0:.0f} s\n\n### best LR per optimizer "
+            f"finished before" + (f", {len(result['pending'])} left to other shards" if result["pending"] else "")
+            + f"), wall {time.perf_counter() - t0:.0f} s\n\n### best LR per optimizer "
             f"(mean ± std of validation loss over seeds; LR range within {args.tol:g} nats of the best)\n\n"
             + markdown_table(_shown(result["best"]), SUMMARY_COLUMNS)
             + "\n\n### SPECTRA minus its base optimizer, each at its best LR (negative: SPECTRA lower)\n\n"
@@ -339,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
                                                               for k, v in opts.items()},
                    "lrs": parse_lrs(args.lrs), "cs": cmp._csv(args.cs, float), "tol": args.tol,
                    "rows": public, "points": result["points"], "best": result["best"], "ran": result["ran"],
-                   "differences": result["differences"], "skipped": result["skipped"],
+                   "differences": result["differences"], "skipped": result["skipped"], "pending": result["pending"],
                    "wall_s": time.perf_counter() - t0}, f, indent=1, default=str)
     with open(os.path.join(args.out, "sweep.md"), "w") as f:
         f.write(text)

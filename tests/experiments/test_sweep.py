@@ -161,3 +161,28 @@ def test_unfinished_run_folder_is_trained_again(tmp_path):
 def test_cli_rejects_lr_without_training(tmp_path, capsys):
     assert cli.main(["sweep", "--lrs", "1e-3", "--lr", "1e-3", "--out", str(tmp_path)]) == 2
     assert "--lrs" in capsys.readouterr().err and not os.listdir(tmp_path)
+
+
+def test_shards_split_the_grid_and_a_last_run_reports_all(tmp_path, monkeypatch):
+    """Two shards train disjoint halves of the grid in one folder; the unsharded run trains nothing and
+    reports the four points."""
+    out = str(tmp_path / "sw")
+    trained = []
+    real = sw._run_or_resume
+
+    def spy(run_dir, point, options):
+        trained.append(sw.run_name(point))
+        return real(run_dir, point, options)
+
+    monkeypatch.setattr(sw, "_run_or_resume", spy)
+    opts = dict(TINY, optimizers=("adamw", "signum"), seeds=(0,))
+    first = sw.sweep(lrs=(1e-3, 1e-2), out=out, shard=(0, 2), **dict(opts))
+    assert len(first["ran"]) == 2 and len(first["pending"]) == 2 and len(first["rows"]) == 2
+    second = sw.sweep(lrs=(1e-3, 1e-2), out=out, shard=(1, 2), **dict(opts))
+    assert len(second["ran"]) == 2 and second["pending"] == [] and len(second["rows"]) == 4
+    assert sorted(first["ran"] + second["ran"]) == sorted(trained) and len(set(trained)) == 4
+    last = sw.sweep(lrs=(1e-3, 1e-2), out=out, **dict(opts))
+    assert last["ran"] == [] and len(last["skipped"]) == 4 and len(last["points"]) == 4
+    for bad in ("2/2", "a/b", "1"):
+        with pytest.raises(ValueError, match="shard"):
+            sw.parse_shard(bad)

@@ -162,3 +162,48 @@ def test_msign_subnormal_input_is_orthogonal():
     x = torch.randn(8, 12, generator=torch.Generator().manual_seed(3)) * 1e-40  # subnormal in fp32
     s = torch.linalg.svdvals(L.msign(x).double())
     assert torch.allclose(s, torch.ones_like(s), atol=1e-2)
+
+
+@pytest.mark.parametrize("k", [1e25, 1e30, 1e35, 3e37])
+def test_six_passes_hold_the_caps_over_the_whole_fp32_range(k):
+    """``passes=6``: eig_clip and spectral_hardcap stay within 1e-3 of the cap for spectrum/threshold
+    ratios up to fp32's largest finite values (the default 3 passes cover ~1e20)."""
+    top = torch.linalg.matrix_norm(L.eig_clip(_sym16() * k, -1, 1, passes=6).double(), ord=2)
+    assert float(top) <= 1 + 1e-3
+    x = torch.randn(16, 24, generator=torch.Generator().manual_seed(3))
+    x = x / torch.linalg.matrix_norm(x, ord=2)
+    top = torch.linalg.matrix_norm(L.spectral_hardcap(x * k, 1.0, passes=6).double(), ord=2)
+    assert float(top) <= 1 + 1e-3
+
+
+def test_default_passes_are_three_and_more_passes_refine():
+    w = _sym16() * 1e30
+    assert torch.equal(L.eig_clip(w, -1, 1), L.eig_clip(w, -1, 1, passes=3))
+    tops = [float(torch.linalg.matrix_norm(L.eig_clip(w, -1, 1, passes=p).double(), ord=2)) for p in (3, 4, 5)]
+    assert tops[0] > 10 and tops[0] > tops[1] > tops[2] and tops[2] <= 1 + 1e-3
+
+
+@pytest.mark.parametrize("call", [lambda p: L.eig_clip(torch.eye(3), -1, 1, passes=p),
+                                  lambda p: L.eig_hardcap(torch.eye(3), 1, passes=p),
+                                  lambda p: L.spectral_hardcap(torch.eye(3), 1, passes=p)])
+@pytest.mark.parametrize("bad", [0, 17, 2.5])
+def test_passes_validated(call, bad):
+    with pytest.raises((ValueError, TypeError), match="passes"):
+        call(bad)
+
+
+def test_one_sided_cap_error_is_at_fp32_eigh_level():
+    """A one-sided cap far inside a wide spectrum (eigenvalues -1e6 and 1e6, cap at 1) cannot be resolved
+    better than ``eps ||W||`` in fp32: the eigenvalues themselves are only known to that accuracy. Our error
+    above the cap stays within the documented ``1e-3 |t| + 1e-6 ||W||_F`` and the same order as that of
+    an fp32 ``eigh`` route."""
+    g = torch.Generator().manual_seed(4)
+    q, _ = torch.linalg.qr(torch.randn(16, 16, generator=g, dtype=torch.float64))
+    lam = torch.cat([torch.full((8,), -1e6, dtype=torch.float64), torch.linspace(0.5, 1e6, 8, dtype=torch.float64)])
+    w = ((q * lam) @ q.mT).float()
+    top = float(torch.linalg.eigvalsh(L.eig_hardcap(w, 1.0).double()).max())
+    e, v = torch.linalg.eigh(w)
+    top_eigh = float(torch.linalg.eigvalsh(((v * e.clamp_max(1.0)) @ v.mT).double()).max())
+    bound = 1e-3 + 1e-6 * float(torch.linalg.matrix_norm(w.double()))
+    assert top - 1 <= bound
+    assert top - 1 <= 30 * max(top_eigh - 1, 1e-7 * 1e6)
