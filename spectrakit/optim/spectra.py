@@ -42,6 +42,13 @@ Non-finite gradient policy: if ANY gradient of the step contains inf/nan, the wh
 ``skipped_steps`` (0-d int64 tensor, saved in ``state_dict``) grows by one. This is decided by tensor
 arithmetic (``ok`` multiplies every state/parameter update), never by a Python ``if`` on a tensor.
 Non-finite entries of ``p.grad`` are not modified; the copies in the work tensor are zeroed.
+Overflow: a step whose gradients have an entry above ``GRAD_BOUND = 1e18`` in magnitude is skipped and
+counted the same way. Below the bound no base can overflow: second moments are at most ``1e36`` (fp32 max
+3.4e38), MARS's gradient differences and every EMA stay within a small multiple of the bound, and the
+update is bounded by the base's normalisation (``m / sqrt(v)``, ``sign``) or the post-transform's clip, so
+the moments and the update of a step that is taken are finite (tested at the bound for every preset).
+Deciding on the gradients before the step keeps the policy a single fused check instead of a second pass
+over all moments and updates; a legitimate gradient above 1e18 (no training run produces one) is skipped.
 
 Extra memory per step: one fp32 work tensor per batch plus the post-transform's temporaries (the default
 fast soft clip overwrites the work tensor and adds only ``4 min(m, n)^2`` elements per matrix, see

@@ -140,3 +140,24 @@ def test_load_state_dict_checks_base_post_and_values():
     bad["param_groups"][0]["post"] = "bogus"
     with pytest.raises(ValueError, match="post"):
         O.SpectraAdamW(_params()).load_state_dict(bad, allow_changes=True)
+
+
+@pytest.mark.parametrize("cls", PRESETS, ids=IDS)
+def test_gradients_at_the_bound_keep_moments_and_updates_finite(cls):
+    """The overflow policy's other half: a step is taken when every gradient entry is at most GRAD_BOUND in
+    magnitude, and then every base's moments (squares, differences of consecutive gradients, EMAs) and the
+    update stay finite, here with gradients of alternating sign exactly at the bound for several steps."""
+    from spectrakit.optim.spectra import GRAD_BOUND
+
+    params = _params()
+    opt = cls(params, lr=1e-2)
+    for k in range(4):
+        for p in params:
+            p.grad = torch.full_like(p, GRAD_BOUND * (-1) ** k)
+        opt.step()
+    assert int(opt.skipped_steps) == 0
+    assert all(torch.isfinite(p).all() for p in params)
+    for st in opt.state.values():
+        for v in st.values():
+            if torch.is_tensor(v):
+                assert torch.isfinite(v).all()
