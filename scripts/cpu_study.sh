@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tuned-LR study of docs/RESULTS.md on a 2-core CPU: 8 optimizers at 5 LRs (0.25x..4x each optimizer's
-# default, a 16x span) x 3 seeds, then SPECTRA-AdamW's clip threshold c at its best LR. Two sweeps share the
+# default, a 16x span) x 3 seeds, extended by up to two grid steps where an optimizer's best LR lies at an edge
+# of the grid (--extend 2), then SPECTRA-AdamW's clip threshold c at its best LR. Two sweeps share the
 # grid (--shard), one thread each; the second starts when the first has finished one run alone, so the
 # step times of that run and of the later ones show what running side by side costs. Resumable: run it
 # again after an interruption (finished runs are skipped, unfinished ones continue from their checkpoints).
@@ -28,7 +29,7 @@ two_shards() {  # $1: folder, $2: first point's folder name, rest: sweep argumen
 say "LR sweep of 8 optimizers into $OUT/lr"
 two_shards "$OUT/lr" adamw-lr0.00075-s0 \
     --optimizers adamw,spectra-adamw,signum,spectra-signum,ademamix,spectra-ademamix,muon,dmuon \
-    --lrs 0.25x,0.5x,1x,2x,4x
+    --lrs 0.25x,0.5x,1x,2x,4x --extend 2
 BEST=$(python3 -c "import json, sys; b = json.load(open(sys.argv[1]))['best']; \
 print([r['best_lr'] for r in b if r['optimizer'] == 'spectra-adamw'][0])" "$OUT/lr/sweep.json")
 say "c sweep of spectra-adamw at its best LR $BEST into $OUT/c"

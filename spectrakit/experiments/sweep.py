@@ -18,7 +18,8 @@ import os
 import sys
 import time
 
-from spectrakit._checks import check_choice
+from spectrakit._checks import check_choice, check_int, check_scalar
+from spectrakit._cliargs import UsageError
 from spectrakit.experiments import compare as cmp
 from spectrakit.experiments.io import environment, invocation, markdown_table
 from spectrakit.train.optimizers import OPTIMIZERS
@@ -111,6 +112,37 @@ def differences(best: list[dict]) -> list[dict]:
     return out
 
 
+def edge_points(points: list[dict], seeds, tol: float = 0.05) -> list[dict]:
+    """Grid points one LR step beyond the edges of the grid where the optimum may lie outside it.
+
+    Per ``(optimizer, c)`` of :func:`grid_table` rows: if the lowest LR ``l_1`` did not diverge and its mean
+    validation loss is within ``tol`` nats of the best, add ``l_1^2 / l_2`` (one grid step below, for a
+    geometric grid ``l_1 < l_2 < ...``); likewise ``l_n^2 / l_{n-1}`` above the highest LR ``l_n``. With a
+    single LR the steps are x0.5 and x2. New LRs are rounded to 6 significant digits; one point per seed.
+    """
+    check_scalar(tol, "tol", low=0, allow_tensor=False)
+    groups: dict[tuple, list[dict]] = {}
+    for p in points:
+        groups.setdefault((p["optimizer"], p["c"]), []).append(p)
+    out = []
+    for (name, c), ps in groups.items():
+        ps = sorted(ps, key=lambda p: p["lr"])
+        ok = [p["val_loss_mean"] for p in ps if not p["diverged"] and math.isfinite(p["val_loss_mean"])]
+        if not ok:
+            continue
+        best = min(ok)
+        new = []
+        for edge, inner, step in ((ps[0], ps[1] if len(ps) > 1 else None, 0.5),
+                                  (ps[-1], ps[-2] if len(ps) > 1 else None, 2.0)):
+            if edge["diverged"] or not edge["val_loss_mean"] <= best + tol:
+                continue
+            lr = edge["lr"] ** 2 / inner["lr"] if inner is not None else edge["lr"] * step
+            new.append(float(f"{lr:.6g}"))
+        for lr in dict.fromkeys(new):
+            out += [{"optimizer": name, "c": c, "lr": lr, "seed": int(s)} for s in seeds]
+    return out
+
+
 # ----------------------------------------------------------------------------- runs
 def parse_lrs(text: str) -> list:
     """``--lrs``: comma-separated peak LRs, each a number (``3e-3``) or a multiple of the optimizer's own
@@ -123,6 +155,15 @@ def parse_lrs(text: str) -> list:
         except ValueError:
             raise ValueError(f"lrs must be numbers or multiples such as 2x, got {item!r}") from None
     return out
+
+
+def parse_cs(text: str) -> tuple[float, ...]:
+    """``--cs``: comma-separated clip thresholds as floats; ``ValueError`` naming the flag otherwise (the
+    range, finite and > 0, is checked by :func:`grid`)."""
+    try:
+        return tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise ValueError(f"cs must be comma-separated numbers, got {text!r}") from None
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -201,7 +242,7 @@ def _run_or_resume(run_dir: str, point: dict, options: dict) -> dict:
 
 
 def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, shard: tuple[int, int] = (0, 1),
-          **options) -> dict:
+          extend: int = 0, **options) -> dict:
     """Run (or skip when finished) every grid point; ``options`` are :class:`CompareOptions` fields
     (``optimizers`` and ``seeds`` span the grid, ``lr``/``c``/``out`` are set per point).
 
@@ -210,40 +251,64 @@ def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, shard: tupl
     other shards enter the result only once finished (``pending`` lists the others). A last run without a
     shard trains whatever is left and reports the whole grid.
 
-    Returns ``{"rows", "points", "best", "differences", "ran", "skipped", "pending"}``: run rows,
-    :func:`grid_table`, :func:`select_best`, :func:`differences` and the names of the points trained now,
-    finished before, and left to other shards.
+    ``extend = R``: up to ``R`` rounds that add the LRs one grid step beyond an edge whose loss is within
+    ``tol`` of the best (:func:`edge_points`), so that the best LR ends up inside the grid; a round starts only
+    when no point is pending, and its points continue the grid index, so shards split them too.
+
+    Returns ``{"rows", "points", "best", "differences", "ran", "skipped", "pending", "extended"}``: run rows,
+    :func:`grid_table`, :func:`select_best`, :func:`differences`, the names of the points trained now,
+    finished before and left to other shards, and the names of the points added beyond the grid's edges.
     """
     k, n_shards = shard
     if not (isinstance(n_shards, int) and isinstance(k, int) and n_shards >= 1 and 0 <= k < n_shards):
         raise ValueError(f"shard must be (i, n) with n >= 1 and 0 <= i < n, got {shard!r}")
+    check_int(extend, "extend", low=0, high=20)
+    check_scalar(tol, "tol", low=0, allow_tensor=False)
     names = tuple(options.pop("optimizers", cmp.CompareOptions.optimizers))
     seeds = tuple(options.pop("seeds", cmp.CompareOptions.seeds))
     for key in ("lr", "out"):
         options.pop(key, None)
     cmp.CompareOptions(**options, optimizers=names, seeds=seeds).resolved()  # validate before any run
-    rows, ran, skipped, pending = [], [], [], []
-    points_to_run = grid(names, tuple(lrs), seeds, tuple(cs))
-    for i, point in enumerate(points_to_run, 1):
-        run_dir = os.path.join(out, run_name(point))
-        row = load_finished(run_dir)
-        if row is None and (i - 1) % n_shards != k:
-            pending.append(run_name(point))
-            continue
-        if options.get("progress", True):
-            state = "finished before, skipped" if row is not None else "training"
-            print(f"sweep [{i}/{len(points_to_run)}] {run_name(point)}: {state}", file=sys.stderr, flush=True)
-        if row is None:
-            os.makedirs(run_dir, exist_ok=True)
-            row = _run_or_resume(run_dir, point, options)
-            ran.append(run_name(point))
-        else:
-            skipped.append(run_name(point))
-        rows.append(row)
-    points = grid_table(rows)
+    res = {"rows": [], "ran": [], "skipped": [], "pending": [], "extended": []}
+    todo = grid(names, tuple(lrs), seeds, tuple(cs))
+    known = {run_name(p) for p in todo}
+    index = 0  # global grid index: the shards split the extension rounds' points too
+    for round_ in range(extend + 1):
+        if round_ > 0:
+            if res["pending"]:
+                break  # the edges are decided only once every point so far has finished
+            todo = [p for p in edge_points(grid_table(res["rows"]), seeds, tol) if run_name(p) not in known]
+            if not todo:
+                break
+            known.update(run_name(p) for p in todo)
+            res["extended"] += [run_name(p) for p in todo]
+        for point in todo:
+            index += 1
+            _visit(point, f"{index}/{len(known)}", out, shard, options, res)
+    points = grid_table(res["rows"])
     best = select_best(points, tol)
-    return {"rows": rows, "points": points, "best": best, "differences": differences(best), "ran": ran,
-            "skipped": skipped, "pending": pending}
+    return {**res, "points": points, "best": best, "differences": differences(best)}
+
+
+def _visit(point: dict, where: str, out: str, shard: tuple[int, int], options: dict, res: dict) -> None:
+    """Skip a finished point, leave another shard's point pending, or train it; record it in ``res``.
+    ``where`` is ``"i/n"``: the point's 1-based grid index and the grid's size so far."""
+    name = run_name(point)
+    run_dir = os.path.join(out, name)
+    row = load_finished(run_dir)
+    if row is None and (int(where.split("/")[0]) - 1) % shard[1] != shard[0]:
+        res["pending"].append(name)
+        return
+    if options.get("progress", True):
+        state = "finished before, skipped" if row is not None else "training"
+        print(f"sweep [{where}] {name}: {state}", file=sys.stderr, flush=True)
+    if row is None:
+        os.makedirs(run_dir, exist_ok=True)
+        row = _run_or_resume(run_dir, point, options)
+        res["ran"].append(name)
+    else:
+        res["skipped"].append(name)
+    res["rows"].append(row)
 
 
 # ----------------------------------------------------------------------------- plots and report
@@ -317,6 +382,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "side by side on one --out; a last run without --shard reports the whole grid")
     parser.add_argument("--tol", type=float, default=0.05,
                         help="report the LR range within this many nats of the best mean validation loss")
+    parser.add_argument("--extend", type=int, default=0,
+                        help="up to this many rounds (0..20) that add the LR one grid step beyond an edge of "
+                        "the grid whose loss is within --tol of the best, until the best LR lies inside")
 
 
 def _compare_options(args: argparse.Namespace) -> dict:
@@ -345,9 +413,15 @@ def run(args: argparse.Namespace) -> int:
     if args.lr is not None:
         print("spectrakit sweep: error: --lr is set per point by --lrs; drop --lr", file=sys.stderr)
         return 2
+    try:  # the grid's own arguments, checked before any run; the compare options are checked in sweep()
+        lrs, cs, shard = parse_lrs(args.lrs), parse_cs(args.cs), parse_shard(args.shard)
+        grid(tuple(args.optimizers), lrs, (0,), cs)
+        check_int(args.extend, "extend", low=0, high=20)
+        check_scalar(args.tol, "tol", low=0, allow_tensor=False)
+    except ValueError as e:
+        raise UsageError(f"--{e}") from None
     opts = _compare_options(args)
-    result = sweep(lrs=parse_lrs(args.lrs), cs=cmp._csv(args.cs, float), out=args.out, tol=args.tol,
-                   shard=parse_shard(args.shard), **opts)
+    result = sweep(lrs=lrs, cs=cs, out=args.out, tol=args.tol, shard=shard, extend=args.extend, **opts)
     paths = plot(result, args.out)
     command = invocation("sweep", "")
     env = environment()
@@ -355,6 +429,7 @@ def run(args: argparse.Namespace) -> int:
             + (f"command: `{command}`\n\n" if command else "")
             + f"runs: {len(result['rows'])} ({len(result['ran'])} trained now, {len(result['skipped'])} "
             f"finished before" + (f", {len(result['pending'])} left to other shards" if result["pending"] else "")
+            + (f"; {len(result['extended'])} beyond the LR grid's edges" if result["extended"] else "")
             + f"), wall {time.perf_counter() - t0:.0f} s\n\n### best LR per optimizer "
             f"(mean ± std of validation loss over seeds; LR range within {args.tol:g} nats of the best)\n\n"
             + markdown_table(_shown(result["best"]), SUMMARY_COLUMNS)
@@ -366,7 +441,7 @@ def run(args: argparse.Namespace) -> int:
     with open(os.path.join(args.out, "sweep.json"), "w") as f:
         json.dump({"env": env, "command": command, "options": {k: list(v) if isinstance(v, tuple) else v
                                                               for k, v in opts.items()},
-                   "lrs": parse_lrs(args.lrs), "cs": cmp._csv(args.cs, float), "tol": args.tol,
+                   "lrs": lrs, "cs": cs, "tol": args.tol, "extend": args.extend, "extended": result["extended"],
                    "rows": public, "points": result["points"], "best": result["best"], "ran": result["ran"],
                    "differences": result["differences"], "skipped": result["skipped"], "pending": result["pending"],
                    "wall_s": time.perf_counter() - t0}, f, indent=1, default=str)

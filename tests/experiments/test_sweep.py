@@ -186,3 +186,81 @@ def test_shards_split_the_grid_and_a_last_run_reports_all(tmp_path, monkeypatch)
     for bad in ("2/2", "a/b", "1"):
         with pytest.raises(ValueError, match="shard"):
             sw.parse_shard(bad)
+
+
+def _point(opt, lr, loss, c=None, diverged=False):
+    return {"optimizer": opt, "c": c, "lr": lr, "val_loss_mean": loss, "val_loss_std": 0.0, "seeds": 1,
+            "diverged": diverged}
+
+
+def test_edge_points_step_beyond_edges_within_tolerance():
+    pts = [_point("a", lr, loss) for lr, loss in [(1e-3, 3.00), (2e-3, 3.10), (4e-3, 3.30)]]  # best at lowest
+    pts += [_point("b", lr, loss) for lr, loss in [(1e-3, 3.5), (3e-3, 3.02), (9e-3, 3.0)]]  # both edges near
+    pts += [_point("c", lr, loss) for lr, loss in [(1e-3, 3.5), (2e-3, 3.0), (4e-3, 3.6)]]  # inside: nothing
+    pts += [_point("d", 1e-3, 2.0)]  # a single LR: x0.5 and x2
+    pts += [_point("e", 1e-3, 3.0), _point("e", 2e-3, 0.1, diverged=True)]  # a diverged edge is no optimum
+    pts += [_point("f", 1e-3, 3.0, c=10.0), _point("f", 2e-3, 3.5, c=10.0)]  # per (optimizer, c)
+    got = {(p["optimizer"], p["c"], p["lr"], p["seed"]) for p in sw.edge_points(pts, seeds=(0, 1), tol=0.05)}
+    want = {("a", None, 5e-4), ("b", None, 0.027), ("d", None, 5e-4), ("d", None, 2e-3),
+            ("e", None, 5e-4), ("f", 10.0, 5e-4)}
+    assert got == {(o, c, lr, s) for o, c, lr in want for s in (0, 1)}  # rounded to 6 digits: exact
+    # tolerance 0: only b's best edge (9e-3) is extended; its lowest LR (3.5) never is
+    assert {p["lr"] for p in sw.edge_points(pts[3:6], seeds=(0,), tol=0.0)} == {0.027}
+    assert sw.edge_points([_point("x", 1e-3, math.nan, diverged=True)], seeds=(0,)) == []
+    with pytest.raises(ValueError, match="tol"):
+        sw.edge_points(pts, seeds=(0,), tol=-1.0)
+
+
+def test_extend_adds_points_until_the_best_lr_is_inside_the_grid(tmp_path, monkeypatch):
+    """Losses are a parabola in log LR with its minimum at 1e-4, below a grid 1e-3..1e-2: each round adds one
+    LR a grid step lower until the best lies inside; a rerun trains nothing; shards split the new points."""
+    trained = []
+
+    def fake(run_dir, point, options):
+        trained.append(sw.run_name(point))
+        loss = 3.0 + 0.1 * (math.log10(point["lr"]) + 4) ** 2 + 0.001 * point["seed"]
+        row = {"optimizer": point["optimizer"], "lr": point["lr"], "seed": point["seed"], "c": point["c"],
+               "val_loss": loss, "diverged": False, "max_weight_sn": 1.0, "max_update_sn": 1.0, "agg_linf": 1.0}
+        with open(os.path.join(run_dir, sw.RUN_FILE), "w") as f:
+            json.dump({"complete": True, "point": point, "row": row}, f)
+        return row
+
+    monkeypatch.setattr(sw, "_run_or_resume", fake)
+    opts = dict(TINY, optimizers=("adamw",), seeds=(0, 1))
+    res = sw.sweep(lrs=(1e-3, 3.16228e-3, 1e-2), out=str(tmp_path / "a"), extend=3, **dict(opts))
+    lrs = sorted({p["lr"] for p in res["points"]})
+    assert len(lrs) == 6 and lrs[0] == pytest.approx(3.16228e-5, rel=1e-4)  # 3 rounds: 3e-4, 1e-4, 3e-5
+    assert len(res["extended"]) == 6 and len(trained) == 12
+    (best,) = res["best"]
+    assert best["best_lr"] == pytest.approx(1e-4, rel=1e-4) and best["lr_range_lo"] < best["best_lr"]
+    again = sw.sweep(lrs=(1e-3, 3.16228e-3, 1e-2), out=str(tmp_path / "a"), extend=3, **dict(opts))
+    assert again["ran"] == [] and len(again["skipped"]) == 12 and len(trained) == 12
+    # without extension the best LR is the grid's lowest, and nothing is added
+    none = sw.sweep(lrs=(1e-3, 1e-2), out=str(tmp_path / "b"), **dict(opts))
+    assert none["extended"] == [] and none["best"][0]["best_lr"] == 1e-3
+    # shards: shard 0 stops while shard 1's points are pending; shard 1 then extends, splitting the new points
+    out = str(tmp_path / "c")
+    s0 = sw.sweep(lrs=(1e-3, 1e-2), out=out, shard=(0, 2), extend=1, **dict(opts))
+    assert s0["pending"] and s0["extended"] == []
+    s1 = sw.sweep(lrs=(1e-3, 1e-2), out=out, shard=(1, 2), extend=1, **dict(opts))
+    assert len(s1["extended"]) == 2 and len(s1["pending"]) == 1 and len(s1["ran"]) == 3
+    last = sw.sweep(lrs=(1e-3, 1e-2), out=out, extend=1, **dict(opts))
+    assert len(last["ran"]) == 1 and last["pending"] == [] and len(last["rows"]) == 6
+    with pytest.raises(ValueError, match="extend"):
+        sw.sweep(lrs=(1e-3,), out=out, extend=-1, **dict(opts))
+
+
+@pytest.mark.parametrize("args", [["--lrs", "1e-3", "--shard", "3/2"], ["--lrs", "1e-3", "--tol", "-1"],
+                                  ["--lrs", "1e-3", "--extend", "-1"], ["--lrs", "1e-3,abc"], ["--lrs", "0"],
+                                  ["--lrs", "1e-3", "--cs", "-1"], ["--lrs", "1e-3", "--cs", "abc"]])
+def test_cli_grid_errors_are_one_line_without_training(tmp_path, args, capfd):
+    import subprocess
+    import sys
+
+    out = tmp_path / "sw"
+    proc = subprocess.run([sys.executable, "-m", "spectrakit", "sweep", *args, "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --") and "Traceback" not in proc.stderr
+    assert not out.exists() or os.listdir(out) == []
