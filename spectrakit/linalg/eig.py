@@ -39,7 +39,7 @@ METHODS = ("polar", "exact")
 
 
 def sym(W: torch.Tensor) -> torch.Tensor:
-    """``sym(W) = (W + W^T) / 2`` over the last two dims (SPEC notation; Cesista 2025 §2).
+    """``sym(W) = (W + W^T) / 2`` over the last two dims (Cesista 2025 §2).
 
     Raises:
         TypeError: W not a floating tensor. ValueError: W not square / fewer than 2 dims.
