@@ -22,7 +22,12 @@ from spectrakit.train.schedules import make_scheduler  # noqa: E402
 STEPS, BATCH, SEQ, WS = 4, 4, 12, 2
 # 15 rows in the width-15 matrices: uneven Shard(0) chunks (8 + 7) on 2 ranks
 MODEL = dict(vocab_size=15, dim=16, n_layers=2, n_heads=2, mlp_hidden=24, max_seq_len=16)
-OPTIMIZERS = {"spectra-adamw": dict(c=0.5), "muon": {}}
+# label -> (preset, options). The Muon preset runs Newton-Schulz in bfloat16: FSDP2's reduce-scatter sums
+# the gradient in another order, and a last-bit fp32 difference can flip a bf16 rounding, so the preset
+# matches the single process to bf16 precision; with an fp32 Newton-Schulz it matches to fp32 precision.
+OPTIMIZERS = {"spectra-adamw": ("spectra-adamw", dict(c=0.5)), "muon": ("muon", {}),
+              "muon-fp32": ("muon", dict(post_dtype="float32"))}
+LR = 1e-2
 
 
 def tokens():
@@ -55,11 +60,11 @@ def full(model) -> dict:
             for n, p in unwrap(model).named_parameters()}
 
 
-def _run(info, mode, name, data, *, steps=STEPS, seed=0, ckpt_dir=None, resume=None, grad_accum=1):
+def _run(info, mode, label, data, *, steps=STEPS, seed=0, ckpt_dir=None, resume=None, grad_accum=1):
     torch.manual_seed(seed)
     model = wrap_model(Llama(LlamaConfig(**MODEL)), info, mode)
-    opt = build_optimizer(name, model, lr=1e-2, warmup_steps=1, world_size=info.world_size,
-                          **OPTIMIZERS[name])
+    name, options = OPTIMIZERS[label]
+    opt = build_optimizer(name, model, lr=LR, warmup_steps=1, world_size=info.world_size, **options)
     sched = make_scheduler(opt, total=STEPS, warmup=1, kind="wsd")
     cfg = TrainConfig(steps=steps, grad_accum=grad_accum, grad_clip=0.5, log_every=1, eval_every=100,
                       eval_tokens=96, progress=False, ckpt_dir=ckpt_dir, resume=resume)
