@@ -316,7 +316,8 @@ def plot(result: dict, out_dir: str) -> list[str]:
     """Save ``lr_sensitivity.png`` (mean validation loss vs LR per optimizer, error bars = std over seeds,
     diverged points marked x at the top), ``best/loss_curves.png`` and ``best/weight_norms.png`` (the runs at
     the best LRs, via :func:`spectrakit.experiments.compare.plot`) and, when ``c`` was swept, ``c_sweep.png``
-    (best-LR validation loss vs ``c``)."""
+    (best-LR validation loss vs ``c``, with the base optimizer, ``c = inf``, as a dashed level when it was
+    swept too)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -355,8 +356,14 @@ def plot(result: dict, out_dir: str) -> list[str]:
         fig, ax = plt.subplots(figsize=(6, 4))
         for name in dict.fromkeys(b["optimizer"] for b in swept):
             bs = sorted((b for b in swept if b["optimizer"] == name), key=lambda b: b["c"])
-            ax.errorbar([b["c"] for b in bs], [b["val_loss_mean"] for b in bs], yerr=[b["val_loss_std"] for b in bs],
-                        marker="o", capsize=3, label=name)
+            line = ax.errorbar([b["c"] for b in bs], [b["val_loss_mean"] for b in bs],
+                               yerr=[b["val_loss_std"] for b in bs], marker="o", capsize=3, label=name)
+            spec = OPTIMIZERS.get(name)
+            ref = next((b for b in best if b["c"] is None and spec is not None and b["optimizer"] == spec.base), None)
+            if ref is not None:  # c = inf is the base optimizer: a dashed level with its seed band
+                mean, std = ref["val_loss_mean"], ref["val_loss_std"]
+                ax.axhline(mean, ls="--", color=line[0].get_color(), label=f"c = inf ({ref['optimizer']})")
+                ax.axhspan(mean - std, mean + std, color=line[0].get_color(), alpha=0.12)
         ax.set_xscale("log")
         ax.set_xlabel("clip threshold c")
         ax.set_ylabel("validation loss at the best LR")

@@ -139,3 +139,16 @@ def test_option_errors(kwargs, match):
 def test_plot_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
         plots.plot_runs([str(tmp_path)], str(tmp_path / "out"))
+
+
+def test_plot_styles_share_a_colour_and_one_legend_entry_per_optimizer():
+    from spectrakit.experiments.compare import _run_styles
+
+    rows = [{"optimizer": o, "seed": s, "lr": 3e-3} for o in ("adamw", "spectra-adamw") for s in (0, 1, 2)]
+    rows.append({"optimizer": "spectra-adamw", "seed": 0, "lr": 3e-3, "c": 10.0})
+    styles = _run_styles(rows)
+    colours = [c for c, _ in styles]
+    assert len(set(colours[:3])) == 1 and len(set(colours[3:6])) == 1 and len(set(colours)) == 3
+    assert [label for _, label in styles] == ["adamw (lr 0.003, 3 seeds)", None, None,
+                                             "spectra-adamw (lr 0.003, 3 seeds)", None, None,
+                                             "spectra-adamw c=10 (s0, lr 0.003)"]
