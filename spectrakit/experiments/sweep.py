@@ -284,24 +284,26 @@ def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, shard: tupl
             res["extended"] += [run_name(p) for p in todo]
         for point in todo:
             index += 1
-            _visit(point, f"{index}/{len(known)}", out, shard, options, res)
+            _visit(point, index, len(known), out, shard, options, res)
     points = grid_table(res["rows"])
     best = select_best(points, tol)
     return {**res, "points": points, "best": best, "differences": differences(best)}
 
 
-def _visit(point: dict, where: str, out: str, shard: tuple[int, int], options: dict, res: dict) -> None:
+def _visit(point: dict, index: int, size: int, out: str, shard: tuple[int, int], options: dict,
+           res: dict) -> None:
     """Skip a finished point, leave another shard's point pending, or train it; record it in ``res``.
-    ``where`` is ``"i/n"``: the point's 1-based grid index and the grid's size so far."""
+    ``index``: the point's 1-based grid index (shard ``i/n`` trains the indices ``= i + 1 mod n``);
+    ``size``: the grid's size so far."""
     name = run_name(point)
     run_dir = os.path.join(out, name)
     row = load_finished(run_dir)
-    if row is None and (int(where.split("/")[0]) - 1) % shard[1] != shard[0]:
+    if row is None and (index - 1) % shard[1] != shard[0]:
         res["pending"].append(name)
         return
     if options.get("progress", True):
         state = "finished before, skipped" if row is not None else "training"
-        print(f"sweep [{where}] {name}: {state}", file=sys.stderr, flush=True)
+        print(f"sweep [{index}/{size}] {name}: {state}", file=sys.stderr, flush=True)
     if row is None:
         os.makedirs(run_dir, exist_ok=True)
         row = _run_or_resume(run_dir, point, options)
