@@ -3,9 +3,9 @@
 Methods: TN (cold: 64 screened restarts x 100 sweeps; warm: 1 sweep from the previous vectors), LipBound
 (certified sampled generating function), F4 (cold: exact
 SVD of 4 unfoldings; warm: 1 power iteration each), Gram iteration (6 steps, zero-padding bound), exact circular
-(FFT + batched SVD) and exact zero padding (power iteration, plane-wave start). Kernels: seed 001 Table 2
-(Gaussian) and a ResNet-18-like layer list; input sizes 32, 64, 224 (exact methods skipped where the FFT'd
-kernel would exceed --max-fft-gb).
+(FFT + batched SVD) and exact zero padding (power iteration, plane-wave start). Kernels: Grishina, Gorbunov &
+Rakhuba (2024) Table 2 (Gaussian) and a ResNet-18-like layer list; input sizes 32, 64, 224 (exact methods
+skipped where the FFT'd kernel would exceed --max-fft-gb).
 
     python benchmarks/bench_conv.py                       # GPU: full table
     python benchmarks/bench_conv.py --channels 64,128 --input-sizes 32,64 --resnet-max 128   # CPU-sized

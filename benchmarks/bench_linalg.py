@@ -1,4 +1,4 @@
-"""Speed of the matrix functions of ``spectrakit.linalg`` (issue 2): one table per device.
+"""Speed of the matrix functions of ``spectrakit.linalg``: one table per device.
 
 Columns per shape, all in the compute dtype (default bf16): bare Gram matmul ``X X^T``; exact SVD path
 (``torch.linalg.svd`` in fp32, the soft-clip map applied to the singular values); the paper's soft clip
@@ -10,7 +10,7 @@ achieved fraction of the bare matmul FLOP throughput (FLOPs from :mod:`spectraki
 the products each algorithm issues). A second table: 12 same-shaped matrices in one batched call vs a
 Python loop. On CUDA, a third line checks ``torch.cuda.set_sync_debug_mode("error")`` for every function.
 
-Usage: ``python benchmarks/bench_linalg.py`` (GPU: the issue's shapes; CPU: small shapes that finish in a
+Usage: ``python benchmarks/bench_linalg.py`` (GPU: LLM-sized shapes; CPU: small shapes that finish in a
 few minutes), ``--shapes 768x768,768x3072 --dtype bf16 --no-hardcap``.
 """
 
@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         f"command: `{command_line()}`",
         "Times in ms (median). `*_mm%`: achieved fraction of the bare Gram-matmul FLOP throughput "
         "(`gram_TFLOPs`), counting the products each algorithm issues (`spectrakit.linalg.flops`). "
-        "`svd`: fp32 SVD + map. `paper_ns10`: seed 000 Alg. 1+3, 10 steps. `soft_clip/paper`: time ratio.",
+        "`svd`: fp32 SVD + map. `paper_ns10`: Jiang, Semenov & Stich (2026) Alg. 1+3, 10 steps. "
+        "`soft_clip/paper`: time ratio.",
         markdown_table(rows),
         "12 same-shaped matrices, one batched `soft_clip` call vs a Python loop:",
         markdown_table(batch),

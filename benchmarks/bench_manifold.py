@@ -1,4 +1,4 @@
-"""Cost of the spectral-set building blocks and dualizers vs matrix size (seed 002).
+"""Cost of the spectral-set building blocks and dualizers vs matrix size (Cesista 2025).
 
 For a batch of ``B`` square ``n x n`` matrices on the boundary of each set (retracted random points),
 time: the face projectors (``faces``), one tangent projection with

@@ -1,9 +1,11 @@
 """Optimizer-step time and peak extra memory on the parameter set of a LLaMA model (random gradients).
 
 Compares, in one run: torch AdamW (fused where available), our AdamW (``post="none"``), SpectraAdamW,
-SpectraSignum, Muon and a faithful re-implementation of the SPECTRA paper's reference step (per-parameter
-loop: clone the weight, run the base AdamW step, recover ``U`` from the weight difference, 10-step coupled
-Newton-Schulz soft clip (Alg. 1 + 3, bf16 on GPU) with its host-synchronising ``if s_max <= c``).
+SpectraSignum, its regularised Frank-Wolfe variants (``post="spectral_lmo"`` with the nuclear, Schatten-3
+and entropy regularisers, and ``post="linf_fw"``; Jiang, Semenov & Stich 2026, §3.1), Muon and a faithful
+re-implementation of the SPECTRA paper's reference step (per-parameter loop: clone the weight, run the base
+AdamW step, recover ``U`` from the weight difference, 10-step coupled Newton-Schulz soft clip (Alg. 1 + 3,
+bf16 on GPU) with its host-synchronising ``if s_max <= c``).
 
 For our optimizers it also times the matrix-function calls alone (``post ms``: the batched post/pre-transform
 calls of one step, recorded through the ``_post_transform_groups`` hook and replayed on the same inputs),
@@ -11,7 +13,7 @@ interleaved rep by rep with steps (``step (interleaved) ms``), and their differe
 non-finite check, grad copy, base direction, update), so the step overhead beyond the matrix function is
 visible.
 
-Peak extra memory of one step (``peak_extra_MiB``, ``extra / largest param``; issue #3's target: about one
+Peak extra memory of one step (``peak_extra_MiB``, ``extra / largest param``; the target is about one
 copy of the largest parameter): on CUDA ``torch.cuda.max_memory_allocated`` over the timed steps minus the
 memory held before them; on CPU the peak of allocated-minus-freed bytes over one step from the profiler's
 memory events (:func:`spectrakit.linalg.timing.cpu_peak_extra_bytes`; the allocation pattern does not depend
@@ -116,12 +118,15 @@ def soft_clip_flops(shapes, dtype) -> float:
 
 def record_transform_calls(opt) -> list[tuple]:
     """Run one step of a :class:`~spectrakit.optim.Spectra` optimizer and return its matrix-transform calls
-    ``(name, U, c, steps, dtype)`` (inputs cloned before the call), in order."""
+    ``(name, U, c, steps, dtype, kwargs)`` (inputs cloned before the call; ``kwargs``: the group's extra
+    transform arguments, e.g. the regularizer of ``post="spectral_lmo"``), in order."""
     calls: list[tuple] = []
     hook = opt._post_transform_groups
 
     def recording(batches):
-        calls.extend((b["post"], b["U"].clone(), b["c"], b["steps"], b["dtype"]) for b in batches)
+        calls.extend(
+            (b["post"], b["U"].clone(), b["c"], b["steps"], b["dtype"], b.get("post_kwargs") or {}) for b in batches
+        )
         return hook(batches)
 
     opt._post_transform_groups = recording
@@ -136,11 +141,11 @@ def replay(calls: list[tuple]) -> None:
     """The recorded transform calls alone (same inputs, same order), with the variant the optimizer calls
     (``fn.inplace`` where one exists: it overwrites the recorded input, which changes neither the work nor
     the memory traffic of the next replay)."""
-    for name, U, c, steps, dtype in calls:
+    for name, U, c, steps, dtype, kwargs in calls:
         fn = POST_TRANSFORMS[name]
         fn = getattr(fn, "inplace", fn)
         if fn is not None:
-            fn(U, c, steps, dtype)
+            fn(U, c, steps, dtype, **kwargs)
 
 
 def matmul_tflops(device, dtype, size: int) -> float:
@@ -173,6 +178,17 @@ def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
             ps, lr=1e-3, post="soft_clip_ns", post_dtype=post_dtype
         ),
         "SpectraSignum": lambda ps: SpectraSignum(ps, lr=1e-3, post_dtype=post_dtype),
+        # the regularised Frank-Wolfe variants (Jiang, Semenov & Stich 2026, §3.1), at the b of the CLI presets
+        "SpectraSignum (lmo nuclear)": lambda ps: SpectraSignum(
+            ps, lr=1e-3, post="spectral_lmo", regularizer="nuclear", b=4.0, post_dtype=post_dtype
+        ),
+        "SpectraSignum (lmo schatten-3)": lambda ps: SpectraSignum(
+            ps, lr=1e-3, post="spectral_lmo", regularizer="schatten", p=3.0, b=0.1, post_dtype=post_dtype
+        ),
+        "SpectraSignum (lmo entropy)": lambda ps: SpectraSignum(
+            ps, lr=1e-3, post="spectral_lmo", regularizer="entropy", b=4.0, post_dtype=post_dtype
+        ),
+        "SpectraSignum (linf_fw)": lambda ps: SpectraSignum(ps, lr=1e-3, post="linf_fw", post_dtype=post_dtype),
         "Muon": lambda ps: Muon(ps, lr=0.02, post_dtype="bfloat16" if cuda else "float32"),
         "paper reference (clone + NS10 SSC)": lambda ps: PaperReferenceSpectra(
             ps, dtype=torch.bfloat16 if cuda else torch.float32

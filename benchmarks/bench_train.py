@@ -1,5 +1,5 @@
 """Full training-step time (forward + backward + optimizer) of the LLaMA model per optimizer, and SPECTRA's
-overhead over its base optimizer (seed 000 Table F.2: +18.7% at 160M on 4xH100; target here <= 5% at
+overhead over its base optimizer (Jiang, Semenov & Stich 2026, Table F.2: +18.7% at 160M on 4xH100; target here <= 5% at
 ~124M on one GPU).
 
     python benchmarks/bench_train.py                       # CPU: tiny preset

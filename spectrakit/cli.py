@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import sys
 import traceback
 
@@ -53,21 +52,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return text + " (default: %(default)s)"
 
 
-_CITATIONS = {
-    "seed 000": "Jiang, Semenov and Stich (2026)",
-    "seed 001": "Grishina, Gorbunov and Rakhuba (2024)",
-    "seed 002": "Cesista (2025)",
-    "``": "",
-}
-
-
 def _user_text(text: str | None) -> str | None:
-    """Help text as users read it: papers cited by authors and year, no reST literal markup."""
+    """Help text as users read it: docstrings reused as descriptions lose their reST literal markup."""
     if not text:
         return text
-    for old, new in _CITATIONS.items():
-        text = re.sub(re.escape(old), new, text, flags=re.IGNORECASE)
-    return text
+    return text.replace("``", "")
 
 
 def _harden(parser: argparse.ArgumentParser) -> None:

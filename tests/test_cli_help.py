@@ -8,7 +8,7 @@ import pytest
 
 from spectrakit.cli import build_parser
 
-FORBIDDEN = re.compile(r"``|seed 00\d|\bSPEC\b|this session|\bissue\b|helper", re.IGNORECASE)
+FORBIDDEN = re.compile(r"``|seed 00\d|\bseed's\b|\bseed\s*§|\bSPEC\b|this session|\bissue\b|helper", re.IGNORECASE)
 
 
 def _parsers(parser, prog="spectrakit"):

@@ -1,4 +1,4 @@
-"""Spectral optimizers under DDP and FSDP2 with the spectral work sharded across ranks (issue 7).
+"""Spectral optimizers under DDP and FSDP2 with the spectral work sharded across ranks.
 
 - :func:`sharded` / :class:`DistributedSpectra`: any ``spectrakit.optim`` preset with each matrix's
   post-transform computed once, on its owner rank (:mod:`.optimizer`).

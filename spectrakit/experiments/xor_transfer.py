@@ -4,7 +4,7 @@ An MLP ``2 -> D -> D -> 2`` (ReLU, no biases) is trained on the four XOR points 
 :class:`~spectrakit.manifold.ManifoldSGD` (RMS→RMS norm, PDHG dualizer warm-started by one alternating
 step). The hidden ``D x D`` weight is constrained to the PSD cone, the spectrahedron ``[-1, 1]`` or the unit
 RMS→RMS ball; in the first two cases the input and output layers live on the scaled Stiefel manifold, in
-the third every layer lives in the unit RMS→RMS ball (as in the seed). For each width the learning rate is
+the third every layer lives in the unit RMS→RMS ball (as in Cesista 2025). For each width the learning rate is
 swept over a log grid; the claim is that the optimal learning rate does not move with ``D``.
 """
 
@@ -117,7 +117,7 @@ def plot(rows: list[dict], path: str) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=list(DEFAULT_WIDTHS),
-                        help="CPU default; the seed's sweep is 16 64 256 1024 (GPU-sized)")
+                        help="CPU default; the paper's sweep is 16 64 256 1024 (GPU-sized)")
     parser.add_argument("--lrs", type=float, nargs="+", default=list(DEFAULT_LRS), help="learning rates swept")
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS, help="constraint sets compared")
     parser.add_argument("--steps", type=int, default=32, help="training steps per run")

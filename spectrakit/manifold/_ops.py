@@ -1,7 +1,7 @@
 """Thin adapter over :mod:`spectrakit.linalg`: every spectral function used by the manifold code, with one
 ``method`` switch (``"polar"`` = the msign/Newton–Schulz route of Cesista 2025 §2, ``"exact"`` = eigh/SVD
 reference). bf16/fp16 inputs are computed in float32 and returned in their dtype. Keeping the calls in one
-place lets the sets and dualizers read like the seed's formulas."""
+place lets the sets and dualizers read like the paper's formulas."""
 
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ approximates
     A* = argmin_A <G, A>   s.t.   ||A|| <= eta,   A in T_W(M).
 
 - :func:`naive`: the unconstrained LMO ``dualize(-G)`` (off-tangent in general; the retraction then throws
-  part of it away — the seed's baseline);
-- :func:`alternating`: ``(LMO ∘ proj_T)^K (-G)``, K >= 1 (seed §3.3.2 heuristic);
+  part of it away — the paper's baseline);
+- :func:`alternating`: ``(LMO ∘ proj_T)^K (-G)``, K >= 1 (the heuristic of §3.3.2);
 - :func:`pdhg`: primal–dual hybrid gradient (Chambolle–Pock) on ``<G, A> + i_ball(A) + i_T(A)``::
 
       A_{k+1} = proj_ball(A_k - tau (G + Y_k))
@@ -17,7 +17,7 @@ approximates
   with ``tau sigma < 1``, warm-started by one alternating step (``A_0``, and ``Y_0 = -G - proj_T(-G)``, the
   polar-cone part of ``-G``, which makes ``A_0`` the PDHG fixed-point candidate);
 - :func:`dual_ascent`: projected supergradient ascent on the dual variables ``S_f`` of the face constraints
-  (seed A1.2): ``A = -LMO(G + sum_f L_f^*(S_f))``, ``S_f <- proj_{K_f}(S_f + sigma_k L_f(A))`` with
+  (Appendix A1.2): ``A = -LMO(G + sum_f L_f^*(S_f))``, ``S_f <- proj_{K_f}(S_f + sigma_k L_f(A))`` with
   ``K_f`` the NSD cone for a lower face and the PSD cone for an upper face, ``sigma_k = sigma_0 / sqrt(k+1)``,
   initialised at ``S_f = proj_{K_f}(L_f(-G))`` (equal to one alternating step).
 

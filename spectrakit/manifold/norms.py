@@ -3,7 +3,7 @@
 Each norm provides the three maps the dualizers need, for a matrix of shape ``(..., m, n)``:
 
 - ``value(A)``: the norm itself;
-- ``dualize(X, eta) = argmax_{||A|| <= eta} <X, A>`` (the seed's LMO, up to the sign convention:
+- ``dualize(X, eta) = argmax_{||A|| <= eta} <X, A>`` (the paper's LMO, up to the sign convention:
   the steepest-descent step for gradient ``G`` is ``dualize(-G, eta)``);
 - ``project_ball(X, eta)``: the Frobenius-orthogonal projection onto ``{||A|| <= eta}``.
 
