@@ -4,6 +4,12 @@
 this machine (``torch.multiprocessing`` spawn, rendezvous through a ``file://`` store in a private
 temporary directory, so no TCP port has to be picked), with a wall-clock limit after which every
 worker is killed, and returns each rank's return value.
+
+Teardown: each rank saves its result, then all ranks meet at a barrier, and a rank that has passed it
+leaves a marker file before ``destroy_process_group``. Gloo's teardown on a loaded machine occasionally
+aborts a process (``terminate called without an active exception``, SIGABRT) after the work is done. Once a
+rank has passed the barrier every rank's result is on disk, so such an exit does not fail the run. A worker
+that raises, or dies before the barrier, still fails it.
 """
 
 from __future__ import annotations
@@ -45,10 +51,21 @@ def _worker(rank: int, target, world_size: int, init_file: str, out_dir: str, ba
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
         result = _resolve(target)(rank, world_size, *args)
-        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+        path = os.path.join(out_dir, f"rank{rank}.pt")
+        torch.save(result, path + ".part")
+        os.replace(path + ".part", path)  # a result file is complete or absent
         dist.barrier()
+        # past the barrier: every rank's result is on disk (see the module docstring)
+        open(os.path.join(out_dir, f"rank{rank}.done"), "w").close()
     finally:
         dist.destroy_process_group()
+
+
+def _finished(out_dir: str, world_size: int) -> bool:
+    """Whether the work is complete: some rank passed the final barrier and every result file exists."""
+    names = os.listdir(out_dir)
+    return (any(n.endswith(".done") for n in names)
+            and all(f"rank{r}.pt" in names for r in range(world_size)))
 
 
 def run_workers(target: str | Callable, world_size: int = 2, *, args: tuple = (), timeout: float = 120.0,
@@ -70,6 +87,8 @@ def run_workers(target: str | Callable, world_size: int = 2, *, args: tuple = ()
     Raises:
         ValueError: bad arguments. TimeoutError: the workers did not finish in time.
         torch.multiprocessing.ProcessRaisedException: a worker raised (its traceback is included).
+        torch.multiprocessing.ProcessExitedException: a worker died (signal, exit code) before the final
+            barrier; a death in the teardown after it is tolerated (module docstring).
     """
     check_int(world_size, "world_size", low=1, high=64)
     check_int(threads, "threads", low=1, high=256)
@@ -86,6 +105,11 @@ def run_workers(target: str | Callable, world_size: int = 2, *, args: tuple = ()
             while not ctx.join(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
                 if time.monotonic() >= deadline:
                     raise TimeoutError(f"distributed workers did not finish within {timeout} s")
+        except mp.ProcessExitedException:
+            # a process died without a Python exception (a signal or a non-zero exit code): a failure unless
+            # it happened in the teardown after the final barrier (module docstring)
+            if not _finished(tmp, world_size):
+                raise
         finally:
             for p in ctx.processes:
                 if p.is_alive():

@@ -26,6 +26,26 @@ def test_timeout_kills_workers_and_errors_surface(tmp_path):
         run_workers(f"{src}:boom", 1, timeout=60)
 
 
+def test_death_in_teardown_tolerated_death_before_barrier_fails(tmp_path):
+    """Gloo's teardown occasionally aborts a process after the work is done (seen under load): that exit must
+    not fail a finished run; a process that dies before the final barrier must. Deaths are simulated with
+    ``os._exit(134)`` (the exit status of SIGABRT, without a core file)."""
+    src = tmp_path / "w.py"
+    src.write_text(
+        "import os, torch.distributed as dist\n"
+        "def dies_in_teardown(rank, ws):\n"
+        "    if rank == 0:\n"
+        "        dist.destroy_process_group = lambda *a, **k: os._exit(134)\n"
+        "    return 10 * rank\n"
+        "def dies_early(rank, ws):\n"
+        "    if rank == 1:\n"
+        "        os._exit(134)\n"
+        "    return rank\n")
+    assert run_workers(f"{src}:dies_in_teardown", 2, timeout=60) == [0, 10]
+    with pytest.raises(mp.ProcessExitedException, match="exit code 134"):
+        run_workers(f"{src}:dies_early", 2, timeout=60)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(world_size=0), "world_size must be an int in \\[1, 64\\]"),
     (dict(timeout=0), "timeout must be a number of seconds in \\(0, 3600\\]"),
