@@ -6,10 +6,10 @@ temporary directory, so no TCP port has to be picked), with a wall-clock limit a
 worker is killed, and returns each rank's return value.
 
 Teardown: each rank saves its result, then all ranks meet at a barrier, and a rank that has passed it
-leaves a marker file before ``destroy_process_group``. Gloo's teardown on a loaded machine occasionally
-aborts a process (``terminate called without an active exception``, SIGABRT) after the work is done. Once a
-rank has passed the barrier every rank's result is on disk, so such an exit does not fail the run. A worker
-that raises, or dies before the barrier, still fails it.
+leaves a marker file before ``destroy_process_group``. Under load, gloo has been seen to abort a process
+(``terminate called without an active exception``, SIGABRT); when that happens in the teardown, the work is
+already done: once a rank has passed the barrier every rank has finished saving its result, so such an exit
+does not fail the run. A worker that raises, or dies before the barrier, still fails it.
 """
 
 from __future__ import annotations
@@ -51,9 +51,7 @@ def _worker(rank: int, target, world_size: int, init_file: str, out_dir: str, ba
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
         result = _resolve(target)(rank, world_size, *args)
-        path = os.path.join(out_dir, f"rank{rank}.pt")
-        torch.save(result, path + ".part")
-        os.replace(path + ".part", path)  # a result file is complete or absent
+        torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.barrier()
         # past the barrier: every rank's result is on disk (see the module docstring)
         open(os.path.join(out_dir, f"rank{rank}.done"), "w").close()
