@@ -1,7 +1,8 @@
 """The ``spectrakit`` command.
 
-Every sub-command lives in its own module that defines ``add_arguments(parser)`` and ``run(args) -> int``;
-this file only lists them. Experiments are registered in :data:`spectrakit.experiments.EXPERIMENTS`.
+Every sub-command lives in its own module of :mod:`spectrakit.commands` that defines ``add_arguments(parser)``
+and ``run(args) -> int``; this file only lists them. Experiments are registered in
+:data:`spectrakit.experiments.EXPERIMENTS`.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ from spectrakit._threads import apply_threads
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "compare": ("spectrakit.experiments.compare",
+    "compare": ("spectrakit.commands.compare",
                 "train a small LM with several optimizers (default AdamW vs SpectraAdamW) and compare them"),
-    "sweep": ("spectrakit.experiments.sweep",
+    "sweep": ("spectrakit.commands.sweep",
               "tune the LR of several optimizers over seeds (and SPECTRA's c): a resumable grid of compare runs"),
-    "ops": ("spectrakit.linalg.report",
+    "ops": ("spectrakit.commands.ops",
             "check every matrix function against its exact SVD/eigh reference and time it"),
-    "experiment": ("spectrakit.experiments.cli", "run one of the paper experiments (see `experiment --help`)"),
-    "lipschitz": ("spectrakit.conv.report", "per-layer spectral-norm bounds and Lipschitz bound of a model"),
-    "data": ("spectrakit.data.cli", "prepare offline corpora (`data prepare NAME`, `data list`)"),
-    "plot": ("spectrakit.train.plots", "plot logs and spectral diagnostics of a training run"),
-    "report": ("spectrakit.experiments.results_table",
+    "experiment": ("spectrakit.commands.experiment", "run one of the paper experiments (see `experiment --help`)"),
+    "lipschitz": ("spectrakit.commands.lipschitz", "per-layer spectral-norm bounds and Lipschitz bound of a model"),
+    "data": ("spectrakit.commands.data", "prepare offline corpora (`data prepare NAME`, `data list`)"),
+    "plot": ("spectrakit.commands.plot", "plot logs and spectral diagnostics of a training run"),
+    "report": ("spectrakit.commands.report",
                "print a results.json as a table, or update the marked table in README/docs from it"),
 }
 

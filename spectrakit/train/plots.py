@@ -12,7 +12,6 @@ signal norm and subspace distances, Fig. F.14).
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections import defaultdict
 
@@ -136,18 +135,3 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, layers: list[str] | None = N
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
     return written
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "runs", nargs="+", help="run folders (with metrics.jsonl), e.g. runs/compare/adamw-s0"
-    )
-    parser.add_argument("--out", default=None, help="folder for the PNGs (default: the first run folder)")
-    parser.add_argument("--layers", default=None, help="comma-separated parameter names for the spectra plot")
-
-
-def run(args: argparse.Namespace) -> int:
-    layers = [s for s in args.layers.split(",") if s] if args.layers else None
-    for path in plot_runs(args.runs, args.out or args.runs[0], layers=layers):
-        print(path)
-    return 0

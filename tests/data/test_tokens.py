@@ -182,7 +182,7 @@ def test_eval_batches_cover_consecutive_windows():
 def test_data_cli_list_and_missing_package(monkeypatch, capsys):
     import argparse
 
-    from spectrakit.data import cli
+    from spectrakit.commands import data as cli
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)

@@ -4,6 +4,7 @@ import argparse
 
 import torch
 
+from spectrakit.commands import ops
 from spectrakit.linalg import report
 
 
@@ -22,9 +23,9 @@ def test_rows_cover_all_functions_and_are_accurate():
 
 def test_cli_runs_and_saves(tmp_path, capsys):
     p = argparse.ArgumentParser()
-    report.add_arguments(p)
+    ops.add_arguments(p)
     args = p.parse_args(["--shapes", "16x20", "--dtypes", "fp32,bf16", "--reps", "1", "--out", str(tmp_path)])
-    assert report.run(args) == 0
+    assert ops.run(args) == 0
     out = capsys.readouterr().out
     assert "soft_clip polar" in out and "bfloat16" in out
     assert (tmp_path / "results.json").exists()

@@ -13,7 +13,7 @@ import os
 import re
 
 from spectrakit._cliargs import UsageError
-from spectrakit.experiments.io import markdown_table
+from spectrakit._tables import markdown_table
 
 
 def render(results: dict, columns: list[str] | None = None) -> str:

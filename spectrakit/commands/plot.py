@@ -1,0 +1,25 @@
+"""Plot the logs and spectral diagnostics of training runs: ``spectrakit plot RUN_DIR [RUN_DIR ...]``.
+
+The figures are those of :func:`spectrakit.train.plots.plot_runs`; their paths are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from spectrakit.train.plots import plot_runs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "runs", nargs="+", help="run folders (with metrics.jsonl), e.g. runs/compare/adamw-s0"
+    )
+    parser.add_argument("--out", default=None, help="folder for the PNGs (default: the first run folder)")
+    parser.add_argument("--layers", default=None, help="comma-separated parameter names for the spectra plot")
+
+
+def run(args: argparse.Namespace) -> int:
+    layers = [s for s in args.layers.split(",") if s] if args.layers else None
+    for path in plot_runs(args.runs, args.out or args.runs[0], layers=layers):
+        print(path)
+    return 0
