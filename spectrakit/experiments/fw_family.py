@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from spectrakit.experiments.fw_logistic import logistic_data, logistic_grad, logistic_loss
+from spectrakit.experiments.logistic import logistic_data, logistic_grad, logistic_loss
 from spectrakit.optim import Spectra
 
 REGULARIZERS = ("frobenius", "nuclear", "schatten", "entropy")

@@ -23,6 +23,7 @@ from collections import defaultdict
 import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, no_value_checks
+from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.manifold.dualizers import DUALIZERS, steepest_direction
 from spectrakit.manifold.norms import NORMS
 from spectrakit.manifold.sets import SpectralSet
@@ -62,8 +63,6 @@ class ManifoldSGD(torch.optim.Optimizer):
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group (validated like the constructor's arguments; not retracted automatically)."""
-        from spectrakit.optim.spectra import check_finite_hyperparameters, check_group_keys
-
         check_group_keys(param_group, set(self.defaults))
         super().add_param_group(param_group)
         check_finite_hyperparameters(self.param_groups[-1])

@@ -67,6 +67,7 @@ from itertools import chain
 import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar
+from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.optim.bases import BASES, Work, state_dtype
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
@@ -87,36 +88,9 @@ _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torc
 MIN_BATCH_NUMEL = 2**20
 
 
-# Keys a param group may hold besides the optimizer's and its base's hyperparameters: those PyTorch's LR
-# schedulers add (``initial_lr``; OneCycleLR's ``max_lr``, ``min_lr``, momentum bounds), ``named_parameters``
-# groups (``param_names``), a free-form ``name``, and our own per-group counters.
-INTERNAL_KEYS = frozenset({"steps_taken", "skipped_steps"})
-GROUP_EXTRA_KEYS = frozenset({"params", "initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum",
-                              "param_names", "name"}) | INTERNAL_KEYS
-
 # A step whose gradients have an entry above this magnitude is skipped like a non-finite one: its square
 # (the second moments of AdamW-like bases) would overflow float32, and the moments would stay inf.
 GRAD_BOUND = 1e18
-
-def check_group_keys(group: dict, accepted: set) -> None:
-    """Reject keys of a param-group dict that are neither in ``accepted`` nor among
-    :data:`GROUP_EXTRA_KEYS` with ``TypeError``, as unknown keyword arguments are."""
-    unknown = set(group) - set(accepted) - GROUP_EXTRA_KEYS
-    if unknown:
-        raise TypeError(f"unknown keys {sorted(unknown)} in a param group; accepted: "
-                        f"{sorted((set(accepted) | {'params'}) - INTERNAL_KEYS)}")
-
-
-def check_finite_hyperparameters(group: dict, allow_inf=("c", "pre_c")) -> None:
-    """Reject non-finite numbers (entries of tuples too) among a group's hyperparameters with ``ValueError``
-    naming the argument; the keys in ``allow_inf`` may be ``+inf`` (a clip that is off)."""
-    for key, value in group.items():
-        if key == "params":
-            continue
-        for v in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(v, float) and not math.isfinite(v) and not (key in allow_inf and v == math.inf):
-                raise ValueError(f"{key} must be a finite number, got {value}")
-
 
 class Spectra(torch.optim.Optimizer):
     r"""One update pipeline for SPECTRA, Muon and the plain optimizers (Jiang, Semenov and Stich 2026 Alg. 2).
