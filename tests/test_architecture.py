@@ -94,20 +94,27 @@ def _where(module: str, line: int) -> str:
 
 
 def layer_violations() -> list[str]:
-    bad = []
+    """One line per import statement that reaches a layer its layer may not import."""
+    bad: dict[str, list[str]] = {}
     for module in MODULES:
         src = layer_of(module)
         for line, target, name in imports_of(module):
             dst = layer_of(target)
             if dst != src and dst not in LAYERS[src]:
-                what = target + (f" ({name})" if name else "")
-                bad.append(f"{_where(module, line)}: {src} imports {dst}: {what}")
-    return bad
+                names = bad.setdefault(f"{_where(module, line)}: {src} imports {dst}: {target}", [])
+                names += [name] if name else []
+    return [k + (f" ({', '.join(v)})" if v else "") for k, v in bad.items()]
+
+
+# Until the public checkpoint package (spectrakit/checkpoint/) exists, the lipschitz command reads checkpoint
+# folders through the training loop's resolver; once it exists this exception ends and the command must use it.
+PENDING = {("spectrakit.commands.lipschitz", "_resolve")}
 
 
 def private_violations() -> list[str]:
     """Private modules (``a/_b.py``) or names (``_x``) taken from another subpackage; the ground modules
     ``spectrakit/_*.py`` are shared by design."""
+    pending = set() if (ROOT / "checkpoint").is_dir() else PENDING
     bad = []
     for module in MODULES:
         src = layer_of(module)
@@ -115,7 +122,7 @@ def private_violations() -> list[str]:
             if layer_of(target) in (src, "ground"):
                 continue
             private = [p for p in target.split(".")[2:] if p.startswith("_")]
-            if name is not None and name.startswith("_"):
+            if name is not None and name.startswith("_") and (module, name) not in pending:
                 private.append(name)
             if private:
                 bad.append(f"{_where(module, line)}: private {', '.join(private)} of {target}")
@@ -179,10 +186,15 @@ def test_no_import_cycles_between_modules():
 
 
 def test_commands_live_in_the_command_layer():
-    """``add_arguments``/``run`` pairs (argument parsing and printing) only in spectrakit/commands/."""
+    """Command-line options (``add_arguments``) only in spectrakit/commands/ and, for an experiment's own
+    options next to the function that computes it, in spectrakit/experiments/; every ``spectrakit``
+    sub-command is a module of spectrakit/commands/."""
+    from spectrakit.cli import COMMANDS
+
+    assert all(module.startswith("spectrakit.commands.") for module, _ in COMMANDS.values()), COMMANDS
     bad = []
     for module, path in MODULES.items():
-        if layer_of(module) == "commands":
+        if layer_of(module) in ("commands", "experiments"):
             continue
         defs = {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
         if "add_arguments" in defs:

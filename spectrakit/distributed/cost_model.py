@@ -1,7 +1,7 @@
 """Cost model of the sharded spectral step: FLOPs per rank and bytes moved per rank per step.
 
 Notation: matrices ``j = 1..J`` with ``M_j`` elements, ``b`` bytes per element, ``W`` ranks, owner
-``o(j)`` from :func:`~spectrakit.distributed.assign.plan_batches` (greedy by FLOPs over all matrices
+``o(j)`` from :func:`~spectrakit.optim.sharding.assign.plan_batches` (greedy by FLOPs over all matrices
 of a step, largest first: the optimizer's plan from its second step on), ``E_r = sum_{o(j)=r}
 M_j`` (elements owned by rank ``r``), ``s_{j,r}`` = elements of matrix ``j`` held by rank ``r`` under
 ``Shard(d)`` (``torch.chunk`` rule).
@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from spectrakit._checks import check_choice, check_int
-from spectrakit.distributed.assign import plan_batches, rank_loads, spectral_flops
-from spectrakit.distributed.layout import chunk_sizes
+from spectrakit.optim.sharding.assign import plan_batches, rank_loads, spectral_flops
+from spectrakit.optim.sharding.layout import chunk_sizes
 
 Shape = tuple[int, ...]
 
@@ -117,7 +117,7 @@ def exchange_bytes(shapes: Sequence[Shape], world_size: int, mode: str = "ddp", 
         cost: FLOP cost used to assign owners.
         replicated_exchange: DDP pattern per batch, ``"all_gather"`` (padded: ``(W-1) max_r E_r`` per
             rank), ``"broadcast"`` (one pipelined broadcast per owner: at most ``sum_r E_r`` per rank) or
-            ``"auto"`` (the choice :class:`~spectrakit.distributed.exchange.SpectralSharder` makes).
+            ``"auto"`` (the choice :class:`~spectrakit.optim.sharding.exchange.SpectralSharder` makes).
 
     Returns:
         dict with ``sent`` (bytes per rank, list), ``max_sent``, ``mean_sent``, ``method``, ``ideal``

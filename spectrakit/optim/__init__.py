@@ -9,6 +9,8 @@
   baselines ``AdamW``, ``Signum``, ``SGD``, ``AdEMAMix``, ``MARS``, ``Lion``, ``Muon``, ``DMuon``.
 - :func:`param_groups`: the parameter groups of any ``nn.Module`` (which parameters get the spectral update,
   which the AdamW side groups), with a readable summary (:func:`print_param_groups`).
+- :mod:`.sharding`: the step for parameters spread over ranks; a plain optimizer given FSDP2 (DTensor)
+  parameters takes it by itself (re-exported by :mod:`spectrakit.distributed`).
 """
 
 from spectrakit.optim.bases import BASES
@@ -31,6 +33,7 @@ from spectrakit.optim.presets import (
     SpectraSignum,
 )
 from spectrakit.optim.schedules import clip_threshold, make_schedule
+from spectrakit.optim.sharding import sharded as _sharded  # noqa: F401 (gives Spectra its DTensor path)
 from spectrakit.optim.spectra import Spectra
 from spectrakit.optim.transforms import POST_TRANSFORMS, update_scale
 

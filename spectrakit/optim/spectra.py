@@ -244,6 +244,10 @@ class Spectra(torch.optim.Optimizer):
         self._validate(group)
         self._take_sharded_path(group)
 
+    # ``sharded(cls)`` of :mod:`spectrakit.optim.sharding`, which sets it when imported (``spectrakit.optim``
+    # imports it, so it is always set): that module builds on this one, which therefore cannot import it.
+    _sharded_class = None
+
     def _take_sharded_path(self, group: dict) -> None:
         """FSDP2 (DTensor) parameters in a plain optimizer: become ``spectrakit.distributed.sharded(type(self))``
         (same numbers as building that class; default ``process_group``/``replicated_exchange``), as
@@ -255,13 +259,11 @@ class Spectra(torch.optim.Optimizer):
 
         if not any(isinstance(p, DTensor) for p in group["params"]):
             return
-        from spectrakit.distributed.optimizer import ShardedSpectraMixin, sharded
-
-        if isinstance(self, ShardedSpectraMixin):
+        cls = self._sharded_class(type(self))
+        if cls is type(self):  # already the sharded version
             return
-        self.__class__ = sharded(type(self))
-        self._process_group, self._replicated_exchange = None, "auto"
-        self._sharders, self._local = {}, {}
+        self.__class__ = cls
+        self._init_sharding()
         self._patch_step_function()  # torch's step hooks on the new class
 
     @staticmethod

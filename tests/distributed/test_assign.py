@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from spectrakit.distributed.assign import (
+from spectrakit.optim.sharding.assign import (
     assign_owners,
     matrix_dims,
     plan_batches,

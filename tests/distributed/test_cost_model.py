@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-from spectrakit.distributed.assign import plan_batches, spectral_flops
 from spectrakit.distributed.cost_model import (
     LLAMA_CONFIGS,
     engine_bytes,
@@ -16,6 +15,7 @@ from spectrakit.distributed.cost_model import (
     flops_per_rank,
     simulate,
 )
+from spectrakit.optim.sharding.assign import plan_batches, spectral_flops
 
 # published parameter counts: LLaMA-2-7B 6,738,415,616; TinyLlama-1.1B 1,100,048,384
 PUBLISHED = {"llama-7b": 6_738_415_616, "llama-1b": 1_100_048_384}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spectrakit.distributed.cost_model import exchange_bytes
-from spectrakit.distributed.layout import chunk_sizes
+from spectrakit.optim.sharding.layout import chunk_sizes
 
 pytestmark = pytest.mark.distributed
 

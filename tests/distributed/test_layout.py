@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spectrakit.distributed.layout import chunk_sizes, is_dtensor, layout_of
+from spectrakit.optim.sharding.layout import chunk_sizes, is_dtensor, layout_of
 
 
 @pytest.mark.parametrize("D", [0, 1, 2, 3, 5, 7, 8, 16, 17, 100])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import spectrakit.distributed.exchange as ex
-from spectrakit.distributed.assign import plan_batches, plan_sequential, rank_loads, spectral_flops
+import spectrakit.optim.sharding.exchange as ex
+from spectrakit.optim.sharding.assign import plan_batches, plan_sequential, rank_loads, spectral_flops
 
 
 @pytest.fixture

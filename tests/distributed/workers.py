@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from spectrakit.distributed.layout import chunk_sizes
+from spectrakit.optim.sharding.layout import chunk_sizes
 
 # ---------------------------------------------------------------------------------------------- models
 
@@ -132,7 +132,7 @@ def exchange_inputs():
 
 
 def exchange_suite(rank: int, ws: int) -> dict:
-    from spectrakit.distributed.exchange import SpectralSharder
+    from spectrakit.optim.sharding.exchange import SpectralSharder
 
     xs = exchange_inputs()
     res: dict = {"noncontig": not xs[0].is_contiguous()}
@@ -160,7 +160,7 @@ def exchange_suite(rank: int, ws: int) -> dict:
     sent = {"all_to_all": 0, "all_gather": 0}
     orig = (dist.all_to_all_single, dist.all_gather_single if hasattr(dist, "all_gather_single") else None,
             dist.broadcast)
-    import spectrakit.distributed.exchange as ex
+    import spectrakit.optim.sharding.exchange as ex
 
     def a2a(out, inp, out_split, in_split, group=None):
         sent["all_to_all"] += (sum(in_split) - in_split[rank]) * inp.element_size()
@@ -199,7 +199,7 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
     import spectrakit.optim as O
     import spectrakit.optim.transforms as T
     from spectrakit.distributed.checkpoint import load_checkpoint, save_checkpoint
-    from spectrakit.distributed.optimizer import sharded
+    from spectrakit.optim.sharding.optimizer import sharded
 
     counts = {"matrices": 0}
     wrapped = {}
@@ -293,8 +293,8 @@ def optim_errors(rank: int, ws: int) -> dict:
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
     import spectrakit.optim as O
-    from spectrakit.distributed.layout import layout_of
-    from spectrakit.distributed.optimizer import sharded
+    from spectrakit.optim.sharding.layout import layout_of
+    from spectrakit.optim.sharding.optimizer import sharded
 
     out = {}
     mesh = init_device_mesh("cpu", (ws,))
@@ -335,7 +335,7 @@ def plain_fsdp_suite(rank: int, ws: int) -> dict:
     they take the sharded path themselves. Also runs ``sharded(cls)`` for a bit-for-bit comparison, and a
     MARS preset (needs whole tensors) for its error message."""
     import spectrakit.optim as O
-    from spectrakit.distributed.optimizer import ShardedSpectraMixin, sharded
+    from spectrakit.optim.sharding.optimizer import ShardedSpectraMixin, sharded
 
     res: dict = {}
     for cls_name in ("SpectraAdamW", "SpectraSignum", "Muon"):

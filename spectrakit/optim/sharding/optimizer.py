@@ -25,7 +25,7 @@ optimizer's ``_pre_transform_groups`` hook), and ``alpha`` is computed from the 
 (``_update_scale``), so neither needs the whole tensor on every rank.
 
 Requirements and refusals (``ValueError`` naming the parameter): placements other than ``Replicate``/
-``Shard(d)`` on one mesh dim (see :func:`~spectrakit.distributed.layout.layout_of`); for sharded
+``Shard(d)`` on one mesh dim (see :func:`~spectrakit.optim.sharding.layout.layout_of`); for sharded
 parameters, group options that need a whole tensor outside the matrix transforms (``vector_clip`` of
 sharded 1-D parameters, the MARS base's per-tensor norm). Plain (non-DTensor) parameters must be
 identical on all ranks of ``process_group`` (DDP guarantees it).
@@ -40,8 +40,8 @@ import torch
 import torch.distributed as dist
 
 from spectrakit._checks import check_choice
-from spectrakit.distributed.exchange import SpectralSharder, group_size_rank
-from spectrakit.distributed.layout import Layout, is_dtensor, layout_of
+from spectrakit.optim.sharding.exchange import SpectralSharder, group_size_rank
+from spectrakit.optim.sharding.layout import Layout, is_dtensor, layout_of
 from spectrakit.optim.spectra import MIN_BATCH_NUMEL, Spectra
 from spectrakit.optim.transforms import POST_TRANSFORMS, matrix_shape, workspace_numel
 
@@ -61,7 +61,7 @@ class ShardedSpectraMixin:
         process_group: group over which replicated (DDP) parameters are shared; default the default group.
             Sharded (DTensor) parameters use the process group of their sharding mesh dim.
         replicated_exchange: ``"auto"``, ``"all_gather"`` or ``"broadcast"`` (see
-            :meth:`spectrakit.distributed.exchange.SpectralSharder.replicated_method`).
+            :meth:`spectrakit.optim.sharding.exchange.SpectralSharder.replicated_method`).
 
     Raises:
         ValueError: bad ``replicated_exchange``; at ``step()``, unsupported DTensor placements or group
@@ -70,11 +70,15 @@ class ShardedSpectraMixin:
 
     def __init__(self, params, *args, process_group=None, replicated_exchange: str = "auto", **kwargs):
         check_choice(replicated_exchange, "replicated_exchange", {"auto", "all_gather", "broadcast"})
+        self._init_sharding(process_group, replicated_exchange)
+        super().__init__(params, *args, **kwargs)
+
+    def _init_sharding(self, process_group=None, replicated_exchange: str = "auto") -> None:
+        """The sharding state (also set when a plain optimizer switches to this class for DTensor params)."""
         self._process_group = process_group
         self._replicated_exchange = replicated_exchange
         self._sharders: dict = {}
         self._local: dict[int, tuple[torch.Tensor, Layout]] = {}
-        super().__init__(params, *args, **kwargs)
 
     # ------------------------------------------------------------------ helpers
     def sharder(self, group=None) -> SpectralSharder:
@@ -294,6 +298,9 @@ def sharded(optimizer_cls: type) -> type:
     if optimizer_cls not in _CACHE:
         _CACHE[optimizer_cls] = type(f"Sharded{optimizer_cls.__name__}", (ShardedSpectraMixin, optimizer_cls),
                                      {"__doc__": f"{optimizer_cls.__name__} with the post-transform sharded "
-                                                 "across ranks (see spectrakit.distributed.optimizer).",
+                                                 "across ranks (see spectrakit.optim.sharding.optimizer).",
                                       "__module__": __name__})
     return _CACHE[optimizer_cls]
+
+
+Spectra._sharded_class = staticmethod(sharded)  # FSDP2 parameters in a plain optimizer (Spectra.add_param_group)

@@ -3,7 +3,7 @@
 Jiang, Semenov and Stich 2026 §6 names efficient distributed spectral clipping as future work; its reference code
 (Table F.2:
 +18.7% step time at 160M on 4 GPUs) repeats every matrix's clipping on every rank. Here each matrix is
-transformed once, by its owner (:mod:`spectrakit.distributed.assign`), and only results move.
+transformed once, by its owner (:mod:`spectrakit.optim.sharding.assign`), and only results move.
 
 Two communication patterns (bytes per rank: :mod:`spectrakit.distributed.cost_model`):
 
@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 
 from spectrakit._checks import check_choice
-from spectrakit.distributed.assign import plan_batches, spectral_flops
-from spectrakit.distributed.layout import chunk_sizes
+from spectrakit.optim.sharding.assign import plan_batches, spectral_flops
+from spectrakit.optim.sharding.layout import chunk_sizes
 
 Transform = Callable[[int, list, torch.Tensor], torch.Tensor]
 
@@ -61,7 +61,7 @@ class SpectralSharder:
     Args:
         group: process group (default: the default group; a single process works without one).
         cost: cost of one matrix of a given shape, used for load balancing (default
-            :func:`~spectrakit.distributed.assign.spectral_flops`).
+            :func:`~spectrakit.optim.sharding.assign.spectral_flops`).
         replicated_exchange: ``"all_gather"`` (one padded all-gather), ``"broadcast"`` (one broadcast per
             owning rank) or ``"auto"`` (see :meth:`replicated_method`).
 
@@ -141,7 +141,7 @@ class SpectralSharder:
         return owners
 
     def owners_of_step(self, batches: tuple) -> list[list[int]]:
-        """One greedy plan (:func:`~spectrakit.distributed.assign.plan_batches`) over a step's batches."""
+        """One greedy plan (:func:`~spectrakit.optim.sharding.assign.plan_batches`) over a step's batches."""
         key = ("step", tuple(batches), self.world_size)
         if key not in self._plans:
             self._plans[key] = plan_batches(list(batches), self.world_size, self.cost)
@@ -254,7 +254,7 @@ class SpectralSharder:
             local_batches: ``(k_b, *local_shape_b)``: this rank's chunk of each of ``k_b`` matrices.
             global_shapes: full matrix shape of each batch (at least 2 dims).
             shard_dims: the matrix dim ``d_b`` (``0 <= d_b < len(global_shapes[b])``) split across ranks
-                (``torch.chunk`` rule, see :func:`~spectrakit.distributed.layout.chunk_sizes`).
+                (``torch.chunk`` rule, see :func:`~spectrakit.optim.sharding.layout.chunk_sizes`).
             fn: the per-matrix transform, called on whole matrices ``(len(idx), *global_shape_b)``.
 
         Returns:
