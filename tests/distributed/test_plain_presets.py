@@ -42,3 +42,47 @@ def test_plain_preset_under_fsdp2_matches_single_process(workers, results, name)
 def test_whole_tensor_base_names_layout_and_fix(results):
     msg = results[0]["mars"]
     assert msg.startswith("ValueError") and "Shard(0)" in msg and "DDP" in msg and "mars" in msg
+
+
+ONLY_OPTIM = """
+import sys, tempfile, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from spectrakit.optim import SpectraAdamW
+
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Tanh(), torch.nn.Linear(6, 4))
+ref = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Tanh(), torch.nn.Linear(6, 4))
+ref.load_state_dict(model.state_dict())
+fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+opt, ref_opt = SpectraAdamW(model.parameters(), lr=0.05, c=0.5), SpectraAdamW(ref.parameters(), lr=0.05, c=0.5)
+x = torch.randn(5, 8)
+for _ in range(3):
+    for m, o in ((model, opt), (ref, ref_opt)):
+        m(x).square().sum().backward()
+        o.step()
+        o.zero_grad()
+diff = max(float((p.full_tensor() - q).abs().max()) for p, q in zip(model.parameters(), ref.parameters()))
+dist.destroy_process_group()
+loaded = sorted(m for m in sys.modules if m.startswith(("spectrakit.distributed", "spectrakit.train")))
+print(type(opt).__name__, type(ref_opt).__name__, diff, loaded)
+"""
+
+
+def test_plain_preset_takes_the_sharded_path_with_only_optim_imported(tmp_path):
+    """The switch to the sharded step needs nothing but ``spectrakit.optim`` (no distributed layer loaded):
+    one gloo rank, FSDP2 parameters, the same numbers as the plain optimizer on plain tensors."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", ONLY_OPTIM], env=env, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    name, ref_name, diff, loaded = out.stdout.split(maxsplit=3)
+    assert (name, ref_name) == ("ShardedSpectraAdamW", "SpectraAdamW")
+    assert float(diff) == 0.0
+    assert loaded.strip() == "[]"
