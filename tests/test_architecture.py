@@ -189,9 +189,10 @@ def test_commands_live_in_the_command_layer():
     """Command-line options (``add_arguments``) only in spectrakit/commands/ and, for an experiment's own
     options next to the function that computes it, in spectrakit/experiments/; every ``spectrakit``
     sub-command is a module of spectrakit/commands/."""
-    from spectrakit.cli import COMMANDS
-
-    assert all(module.startswith("spectrakit.commands.") for module, _ in COMMANDS.values()), COMMANDS
+    tree = ast.parse(MODULES["spectrakit.cli"].read_text())
+    (table,) = [n.value for n in tree.body if isinstance(n, ast.AnnAssign) and n.target.id == "COMMANDS"]
+    commands = ast.literal_eval(table)
+    assert commands and all(module.startswith("spectrakit.commands.") for module, _ in commands.values()), commands
     bad = []
     for module, path in MODULES.items():
         if layer_of(module) in ("commands", "experiments"):
