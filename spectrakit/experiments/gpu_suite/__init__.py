@@ -19,6 +19,7 @@ traceback tail) and goes on with the next stage, then merges the stage into ``re
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import importlib
 import time
 import traceback
@@ -114,7 +115,9 @@ def run_suite(stages, *, device: str | torch.device, tiny: bool, out: str, budge
     report: dict[str, Any] = {}
     for name in stages:
         echo(f"[gpu-suite] stage {name} ...")
+        started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         entry = run_stage(name, Context(dev, tiny, out, budget_s, dict(options or {})))
+        entry["started"] = started
         entry["env"] = env
         report = write_report(out, name, entry, env, order=list(STAGES))
         echo(f"[gpu-suite] stage {name}: {entry['status']} in {entry['seconds']:.1f} s"

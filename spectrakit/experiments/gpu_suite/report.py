@@ -76,7 +76,7 @@ def render(report: dict[str, Any], order: list[str]) -> str:
     names = [n for n in order if n in stages] + [n for n in stages if n not in order]
     parts = ["# spectrakit GPU validation report", "\n".join(_env_lines(env))]
     parts.append(markdown_table([{"stage": n, "status": stages[n]["status"], "seconds": stages[n].get("seconds"),
-                                  "date": stages[n].get("env", {}).get("date", "")} for n in names]))
+                                  "started": stages[n].get("started", "")} for n in names]))
     for n in names:
         e = stages[n]
         block = [f"## {n}: {e['status']} ({e.get('seconds', 0):.1f} s)"]

@@ -5,9 +5,10 @@ Two runs, each with a JUnit XML file in ``tests/`` of the report folder from whi
 - ``gpu-marked``: every test marked ``gpu`` (sync-debug mode on the hot paths, bf16, batched,
   ``torch.compile``; they skip without CUDA), from the test files that use the mark;
 - ``device``: the tests that take the ``device`` fixture, run for that device (``-k cuda`` / ``-k cpu``),
-  without the ``gpu``, ``slow`` and ``distributed`` ones; tiny: only the smallest such file.
+  without the ``gpu``, ``slow`` and ``distributed`` ones; tiny: only the smallest such file. A run without
+  test files is skipped with a note.
 
-The stage fails when a test fails or errors (the failing test ids are listed) or no test was collected.
+The stage fails when a test fails or errors (the failing test ids are listed) or a run collected no test.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import xml.etree.ElementTree as ET
 
 from . import StageResult
 
-_DEVICE_ARG = re.compile(r"def test_\w+\([^)]*\bdevice\b", re.S)
+_GPU_MARK = re.compile(r"^\s*(@pytest\.mark\.gpu\b|pytestmark\s*=.*\bmark\.gpu\b)", re.M)
+_DEVICE_ARG = re.compile(r"^def test_\w+\([^)]*\bdevice\b", re.M)
 
 
 def tests_folder() -> str:
@@ -49,13 +51,13 @@ def _files(folder: str, pattern) -> list[str]:
 
 def selections(folder: str, device: str, tiny: bool) -> dict[str, list[str]]:
     """name -> pytest arguments of the two runs."""
-    gpu = _files(folder, lambda text: "mark.gpu" in text)
+    gpu = _files(folder, lambda text: _GPU_MARK.search(text) is not None)
     dev = _files(folder, lambda text: _DEVICE_ARG.search(text) is not None)
     if tiny and dev:
         dev = [min(dev, key=os.path.getsize)]
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    return {"gpu-marked": ["-m", "gpu", *gpu],
-            "device": ["-m", "not gpu and not slow and not distributed", "-k", kind, *dev]}
+    return {"gpu-marked": ["-m", "gpu", *gpu] if gpu else [],
+            "device": ["-m", "not gpu and not slow and not distributed", "-k", kind, *dev] if dev else []}
 
 
 def _counts(xml_path: str) -> dict:
@@ -78,6 +80,11 @@ def run(ctx) -> StageResult:
     res = StageResult()
     rows, problems = [], []
     for name, args in selections(folder, str(ctx.device), ctx.tiny).items():
+        if not args:
+            rows.append({"run": name, "exit": "-", "tests": 0})
+            res.notes.append(f"{name}: no test file found for this run"
+                             + (" (no test takes the device fixture)" if name == "device" else ""))
+            continue
         xml_path = os.path.join(out, f"{name}.xml")
         log_path = os.path.join(out, f"{name}.log")
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml_path}", *args]
