@@ -63,7 +63,10 @@ def run(ctx) -> StageResult:
     try:
         with open(os.path.join(folder, "results.json")) as f:
             data = json.load(f)
-        res.tables[data.get("name", "compare")] = data.get("rows", [])
+        rows, columns = data.get("rows", []), data.get("columns")
+        if columns:  # the column order of compare's own table
+            rows = [{c: r.get(c) for c in columns if c in r} for r in rows]
+        res.tables[data.get("name", "compare")] = rows
     except (OSError, ValueError):
         pass
     if rc is None:

@@ -107,6 +107,9 @@ def run(ctx) -> StageResult:
         f"{'tiny' if ctx.tiny else '124m'} LLaMA parameter set: {n_params / 1e6:.2f} M parameters, largest "
         f"{largest / 2**20:.1f} MiB; median of {reps} steps after {warmup} warm-up step(s); compiled: "
         f"torch.compile(opt.step){' (backend eager, tiny CPU run)' if ctx.tiny and not ctx.cuda else ''}."])
+    no_compile = [r["optimizer"] for r in rows if "compile_error" in r]
+    if no_compile:
+        res.notes.append("torch.compile failed for: " + ", ".join(no_compile) + " (compile_error column)")
     failed = [r["optimizer"] for r in rows if "error" in r and not r["error"].startswith(("not in", "skipped"))]
     if failed:
         res.ok, res.error = False, "step failed for: " + ", ".join(failed)

@@ -3,9 +3,9 @@
 Two runs, each with a JUnit XML file in ``tests/`` of the report folder from which the counts are read:
 
 - ``gpu-marked``: every test marked ``gpu`` (sync-debug mode on the hot paths, bf16, batched,
-  ``torch.compile``; they skip without CUDA), from the test files that use the mark;
+  ``torch.compile``; they skip without CUDA), from the test files that use the mark (tiny: the smallest);
 - ``device``: the tests that take the ``device`` fixture, run for that device (``-k cuda`` / ``-k cpu``),
-  without the ``gpu``, ``slow`` and ``distributed`` ones; tiny: only the smallest such file. A run without
+  without the ``gpu``, ``slow`` and ``distributed`` ones (tiny: the smallest such file). A run without
   test files is skipped with a note.
 
 The stage fails when a test fails or errors (the failing test ids are listed) or a run collected no test.
@@ -53,8 +53,8 @@ def selections(folder: str, device: str, tiny: bool) -> dict[str, list[str]]:
     """name -> pytest arguments of the two runs."""
     gpu = _files(folder, lambda text: _GPU_MARK.search(text) is not None)
     dev = _files(folder, lambda text: _DEVICE_ARG.search(text) is not None)
-    if tiny and dev:
-        dev = [min(dev, key=os.path.getsize)]
+    if tiny:
+        gpu, dev = ([min(files, key=os.path.getsize)] if files else [] for files in (gpu, dev))
     kind = "cuda" if device.startswith("cuda") else "cpu"
     return {"gpu-marked": ["-m", "gpu", *gpu] if gpu else [],
             "device": ["-m", "not gpu and not slow and not distributed", "-k", kind, *dev] if dev else []}
