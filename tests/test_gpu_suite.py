@@ -146,6 +146,13 @@ def test_a_failing_row_fails_the_stage_and_the_other_rows_run(tmp_path, monkeypa
     assert rows["broken"]["error"] == "ValueError: broken optimizer for the test"
 
 
+def test_compare_past_its_budget_is_interrupted_and_recorded(tmp_path):
+    ctx = gpu_suite.Context(torch.device("cpu"), True, str(tmp_path), budget_s=0.5)
+    entry = gpu_suite.run_stage("compare", ctx)
+    assert entry["status"] == "failed" and "time budget" in entry["error"] and "--resume" in entry["error"]
+    assert entry["seconds"] < 60 and (tmp_path / "compare" / "compare.log").exists()
+
+
 def test_cli_errors_and_wrapper(tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT}
     p = subprocess.run([sys.executable, "-m", "spectrakit", "gpu-suite", "--stage", "nope", "--out", str(tmp_path)],
