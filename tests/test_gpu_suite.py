@@ -164,3 +164,17 @@ def test_cli_errors_and_wrapper(tmp_path):
     assert subprocess.run(["bash", "-n", script]).returncode == 0
     p = subprocess.run([script, "--help"], capture_output=True, text=True, env=env)
     assert p.returncode == 0 and "--tiny" in p.stdout and "--stage" in p.stdout
+
+
+def test_driver_version_from_nvidia_smi(tmp_path, monkeypatch):
+    from spectrakit.experiments.gpu_suite import report
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 550.54.15\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert report._driver_version() == "550.54.15"
+    fake.write_text("#!/bin/sh\nexit 9\n")
+    assert report._driver_version() == "n/a (nvidia-smi failed)"
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert report._driver_version() == "n/a (no nvidia-smi)"
