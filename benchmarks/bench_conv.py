@@ -27,9 +27,9 @@ from _common import command_line, time_fn, write_section  # noqa: E402
 from spectrakit.conv import exact_circular, exact_zero_pad, f4_bound, gram_bound, lipbound, tn_bound  # noqa: E402
 from spectrakit.conv.exact import LIPBOUND_ALPHA  # noqa: E402
 from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
+from spectrakit.models.cnn import RESNET18_CONVS  # noqa: E402
 
-RESNET18 = [(64, 3, 7, 2), (64, 64, 3, 1), (128, 64, 3, 2), (128, 128, 3, 1), (128, 64, 1, 2), (256, 128, 3, 2),
-            (256, 256, 3, 1), (512, 256, 3, 2), (512, 512, 3, 1)]
+RESNET18 = RESNET18_CONVS
 
 
 def bench_kernel(K, stride, n, device, reps, max_fft_gb, exact_iters):

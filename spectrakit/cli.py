@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("spectrakit.commands.plot", "plot logs and spectral diagnostics of a training run"),
     "report": ("spectrakit.commands.report",
                "print a results.json as a table, or update the marked table in README/docs from it"),
+    "gpu-suite": ("spectrakit.commands.gpu_suite",
+                  "run every GPU check and benchmark (tests, linalg, optim, train, compare, conv) into one report"),
 }
 
 

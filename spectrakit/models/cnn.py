@@ -85,3 +85,10 @@ def build_model(name: str) -> nn.Module:
     """A built-in model by name (one of :data:`MODELS`); all take ``(N, 1, 28, 28)`` Fashion-MNIST images."""
     check_choice(name, "name", MODELS)
     return MODELS[name]()
+
+
+# The convolutions of ResNet-18 (He et al. 2016): (out_channels, in_channels, kernel size, stride), one entry per
+# distinct layer shape (stem, the 3x3 convolutions of each stage, a 1x1 downsampling shortcut).
+RESNET18_CONVS: list[tuple[int, int, int, int]] = [
+    (64, 3, 7, 2), (64, 64, 3, 1), (128, 64, 3, 2), (128, 128, 3, 1), (128, 64, 1, 2), (256, 128, 3, 2),
+    (256, 256, 3, 1), (512, 256, 3, 2), (512, 512, 3, 1)]
