@@ -75,6 +75,13 @@ def _words(t, n: int, high: int) -> bool:
             and bool((t >= 0).all()) and bool((t < high).all()))
 
 
+def _is_window(w) -> bool:
+    """The training loop's partly accumulated logging window (saved by a graceful stop)."""
+    scalar = lambda t: isinstance(t, torch.Tensor) and t.ndim == 0 and t.is_floating_point()
+    return (isinstance(w, dict) and set(w) == {"loss", "gnorm", "steps"} and scalar(w["loss"])
+            and scalar(w["gnorm"]) and _is_int(w["steps"]) and w["steps"] >= 0)
+
+
 def _rng_error(rng) -> str | None:
     if not isinstance(rng, dict) or not {"python", "numpy", "torch"} <= set(rng) <= {"python", "numpy", "torch",
                                                                                       "cuda"}:
@@ -132,6 +139,10 @@ def check_loop_state(state, path: str, *, step: int | None = None, max_step: int
     data = state["data"]
     if data is not None and "position" in data and not (_is_int(data["position"]) and data["position"] >= 0):
         raise CheckpointError(f"{path} is corrupted: data position must be an int >= 0")
+    window = state["extra"].get("window")
+    if window is not None and not _is_window(window):
+        raise CheckpointError(f"{path} is corrupted: extra.window must hold 0-d float tensors loss and gnorm and "
+                              "an int steps >= 0")
     why = _rng_error(state["rng"])
     if why:
         raise CheckpointError(f"{path} is corrupted: {why}")

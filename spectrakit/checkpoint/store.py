@@ -63,10 +63,10 @@ def save(root: str, *, model, optimizer, scheduler=None, step: int, data_state: 
     renamed and ``latest`` replaced; a failure or a kill at any moment leaves the previous checkpoint
     current. Raises :class:`CheckpointError` ("no space left on device: <root> ..." on a full disk)."""
     _check_step(step, keep)
-    os.makedirs(root, exist_ok=True)
-    clean(root)
     tmp_dir = os.path.join(root, f"{TMP}{step_name(step)}-{os.getpid()}")
     try:
+        os.makedirs(root, exist_ok=True)
+        clean(root)
         os.makedirs(tmp_dir)
         state = loop_state(step, scheduler, data_state, extra)
         state["model"] = unwrap(model).state_dict()
