@@ -32,14 +32,15 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     """Restore what :func:`rng_state` returned."""
-    py = state["python"]
-    random.setstate((py["version"], tuple(int(v) for v in py["state"].tolist()), py["gauss"]))
+    py = state["python"]  # the tensors may have been loaded onto a GPU (map_location): generators take CPU ones
+    random.setstate((py["version"], tuple(int(v) for v in py["state"].cpu().tolist()), py["gauss"]))
     npy = state["numpy"]
-    np.random.set_state((npy["kind"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
+    np.random.set_state((npy["kind"], npy["keys"].cpu().numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
                          npy["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        for i, t in enumerate(state["cuda"][:torch.cuda.device_count()]):  # resumed on fewer devices: the first
+            torch.cuda.set_rng_state(t.cpu(), i)
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
