@@ -326,3 +326,14 @@ def test_training_loop_refuses_a_checkpoint_past_its_steps(tmp_path, capsys):
     assert res.steps_done == 6
     state = ck.load(str(ckpts), model=setup()[0])
     assert state["step"] == 6  # trained on to 6 from the previous checkpoint, not "finished" at 10**6
+
+
+def test_fifos_never_block_a_resume(run, capsys):
+    """A FIFO (reading it would block forever) as a step folder file or as `latest` is refused unread."""
+    root, newest = run
+    os.mkfifo(os.path.join(newest, "extra"))
+    _refused_then_fallback(root, newest, "not a regular file", capsys)
+    os.remove(os.path.join(newest, "extra"))
+    os.remove(root / "latest")
+    os.mkfifo(root / "latest")
+    assert ck.latest(str(root)) is None and _load(root) == (2, 2.0)
