@@ -1,5 +1,7 @@
 """SPECTRA with FSDP2 under torchrun: ``fully_shard`` the model, then a plain SPECTRA preset on the sharded
-(DTensor) parameters; checkpoints with ``torch.distributed.checkpoint`` (DCP).
+(DTensor) parameters; checkpoints with ``torch.distributed.checkpoint`` (DCP), through
+``spectrakit.distributed.save_checkpoint``/``load_checkpoint``, which read a checkpoint folder without running
+code from it (DCP itself unpickles its ``.metadata`` file freely).
 
     torchrun --standalone --nproc_per_node=2 examples/fsdp2_torchrun.py --max-steps 200 --ckpt /tmp/ckpt
     torchrun --standalone --nproc_per_node=4 examples/fsdp2_torchrun.py --max-steps 400 --ckpt /tmp/ckpt --resume
@@ -14,12 +16,11 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.fsdp import fully_shard
 
 from spectrakit.data.batches import TokenBatches
 from spectrakit.data.tokens import prepare
+from spectrakit.distributed import load_checkpoint, save_checkpoint
 from spectrakit.models.llama import Llama, LlamaConfig
 from spectrakit.optim import SpectraAdamW, param_groups
 from spectrakit.train.schedules import make_scheduler
@@ -59,12 +60,9 @@ batches = TokenBatches(data.train, args.batch_size, args.seq_len, seed=0, rank=r
 
 start = 0
 if args.resume:
-    model_sd, optim_sd = get_state_dict(model, opt)
-    state = {"model": model_sd, "optim": optim_sd, "sched": sched.state_dict(), "step": torch.tensor(0)}
-    dcp.load(state, checkpoint_id=args.ckpt)
-    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    sched.load_state_dict(state["sched"])
-    start = int(state["step"])
+    extra = load_checkpoint(args.ckpt, model, opt, extra={"sched": sched.state_dict(), "step": torch.tensor(0)})
+    sched.load_state_dict(extra["sched"])
+    start = int(extra["step"])
     batches.position = start  # continue the data order
     if rank == 0:
         print(f"resumed from step {start}")
@@ -82,9 +80,7 @@ for step in range(start, end):
         print(f"step {step} loss {loss.item():.4f} ({type(opt).__name__} on {world} processes)")
 
 if args.ckpt:
-    model_sd, optim_sd = get_state_dict(model, opt)
-    state = {"model": model_sd, "optim": optim_sd, "sched": sched.state_dict(), "step": torch.tensor(end)}
-    dcp.save(state, checkpoint_id=args.ckpt)
+    save_checkpoint(args.ckpt, model, opt, extra={"sched": sched.state_dict(), "step": torch.tensor(end)})
     if rank == 0:
         print(f"saved {os.path.abspath(args.ckpt)}")
 dist.barrier()  # no rank tears down gloo while another is still in a collective

@@ -108,11 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _is_user_error(exc: BaseException) -> bool:
-    """A user error: :class:`UsageError`, a missing corpus or data set, or an exception raised by the
-    library's own argument checks (``spectrakit/_checks.py``) about an option's value."""
+    """A user error: :class:`UsageError`, a missing corpus or data set, a checkpoint that cannot be written or
+    used (a full disk, a corrupted folder: the message is one line naming the path), or an exception raised
+    by the library's own argument checks (``spectrakit/_checks.py``) about an option's value."""
+    from spectrakit.checkpoint import CheckpointError
     from spectrakit.data.corpora import CorpusUnavailableError
 
-    if isinstance(exc, (UsageError, CorpusUnavailableError)):
+    if isinstance(exc, (UsageError, CorpusUnavailableError, CheckpointError)):
         return True
     if isinstance(exc, FileNotFoundError) and "install" in str(exc):
         return True  # missing data set, the message names the package to install

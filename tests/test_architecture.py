@@ -106,15 +106,9 @@ def layer_violations() -> list[str]:
     return [k + (f" ({', '.join(v)})" if v else "") for k, v in bad.items()]
 
 
-# Until the public checkpoint package (spectrakit/checkpoint/) exists, the lipschitz command reads checkpoint
-# folders through the training loop's resolver; once it exists this exception ends and the command must use it.
-PENDING = {("spectrakit.commands.lipschitz", "_resolve")}
-
-
 def private_violations() -> list[str]:
     """Private modules (``a/_b.py``) or names (``_x``) taken from another subpackage; the ground modules
     ``spectrakit/_*.py`` are shared by design."""
-    pending = set() if (ROOT / "checkpoint").is_dir() else PENDING
     bad = []
     for module in MODULES:
         src = layer_of(module)
@@ -122,7 +116,7 @@ def private_violations() -> list[str]:
             if layer_of(target) in (src, "ground"):
                 continue
             private = [p for p in target.split(".")[2:] if p.startswith("_")]
-            if name is not None and name.startswith("_") and (module, name) not in pending:
+            if name is not None and name.startswith("_"):
                 private.append(name)
             if private:
                 bad.append(f"{_where(module, line)}: private {', '.join(private)} of {target}")

@@ -33,11 +33,11 @@ def _load_weights(path: str) -> dict:
     """The model state_dict in ``path``: a ``torch.save``d state_dict, a dict with a ``"model"`` entry, or a
     spectrakit checkpoint folder / step directory; read with ``weights_only=True`` (never executes code)."""
     from spectrakit._cliargs import UsageError
-    from spectrakit.train.checkpoint import STATE_FILE, CheckpointError, _resolve, safe_load
+    from spectrakit.checkpoint import STATE_FILE, CheckpointError, resolve, safe_load
 
     try:
         if os.path.isdir(path):
-            obj = _resolve(path, lambda d: safe_load(os.path.join(d, STATE_FILE)))[1]
+            obj = resolve(path, lambda d: safe_load(os.path.join(d, STATE_FILE)))[1]
         else:
             obj = safe_load(path)
     except (CheckpointError, FileNotFoundError) as e:

@@ -231,11 +231,13 @@ def train(
     if cfg.resume:
         if sharded:
             state = load_sharded_checkpoint(
-                cfg.resume, model=core, optimizer=optimizer, scheduler=scheduler, map_location=device
+                cfg.resume, model=core, optimizer=optimizer, scheduler=scheduler, map_location=device,
+                max_step=cfg.steps,
             )
         else:
             state = load_checkpoint(
-                cfg.resume, model=core, optimizer=optimizer, scheduler=scheduler, map_location=device
+                cfg.resume, model=core, optimizer=optimizer, scheduler=scheduler, map_location=device,
+                max_step=cfg.steps,
             )
         data.load_state_dict(state["data"])
         start = int(state["step"])

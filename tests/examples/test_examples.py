@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -99,3 +100,14 @@ def test_fsdp2_torchrun_resumes_exactly(data_env, tmp_path):
     second = run([*torchrun, "--ckpt", ckpt, "--resume"], env)
     assert "resumed from step 3" in second
     assert len(full) == 5 and losses(first) + losses(second) == pytest.approx(full, abs=1e-6)
+    # a crafted .metadata (its pickle calls os.system through a module DCP's own reader imports) is refused
+    marker = tmp_path / "PWNED"
+    body = pickle.dumps((f"touch {marker}",), protocol=2)[2:-1]
+    name = lambda s: b"\x8c" + bytes([len(s)]) + s.encode()
+    with open(os.path.join(ckpt, ".metadata"), "wb") as f:
+        f.write(b"\x80\x04" + name("torch.distributed.checkpoint.filesystem") + name("os.system") + b"\x93" + body
+                + b"R.")
+    proc = subprocess.run([*torchrun, "--ckpt", ckpt, "--resume"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and "refused, never executed" in proc.stderr
+    assert not marker.exists()

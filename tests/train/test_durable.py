@@ -16,6 +16,7 @@ import time
 import pytest
 import torch
 
+from spectrakit.checkpoint import store
 from spectrakit.train import checkpoint as ck
 from spectrakit.train import interrupt
 
@@ -97,7 +98,7 @@ def test_pickled_payload_is_never_executed(tmp_path):
     step.mkdir(parents=True)
     # a state file with a valid manifest (the checksum cannot help here): refused by weights_only loading
     torch.save({"model": {}, "evil": _Payload(str(marker))}, step / "state.pt")
-    ck._write_manifest(str(step), 1)
+    ck.write_manifest(str(step), 1)
     with pytest.raises(ck.CheckpointError, match="refused, never executed"):
         _load(step)
     # an FSDP2 loop-state file goes through the same reader
@@ -136,7 +137,7 @@ def test_disk_full_keeps_previous_and_cleans_up(tmp_path, monkeypatch):
             f.write(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ck, "_save_file", full)
+    monkeypatch.setattr(store, "save_file", full)
     with pytest.raises(ck.CheckpointError, match="no space left on device") as e:
         _save(tmp_path, 2)
     assert str(tmp_path) in str(e.value) and "step_00000001" in str(e.value)

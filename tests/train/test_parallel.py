@@ -72,13 +72,13 @@ def test_load_sharded_checkpoint_without_rank_file_raises(tmp_path):
 
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    from spectrakit.train.checkpoint import CheckpointError, _write_manifest
+    from spectrakit.train.checkpoint import CheckpointError, write_manifest
 
     with pytest.raises(CheckpointError, match="holds no checkpoint"):
         load_sharded_checkpoint(str(tmp_path), model=model, optimizer=opt)
     step = tmp_path / "step_00000003"
     step.mkdir()
     (step / "train_state_rank1.pt").write_bytes(b"x")
-    _write_manifest(str(step), 3)
+    write_manifest(str(step), 3)
     with pytest.raises(CheckpointError, match="train_state_rank0.pt"):
         load_sharded_checkpoint(str(tmp_path), model=model, optimizer=opt)
