@@ -170,6 +170,11 @@ class CompareOptions:
         return {**base, "setting": setting, "device": device, "ckpt_every": ckpt, "log_every": log_every}
 
 
+# A run diverged when its logged training loss is not finite or above DIVERGE_FACTOR * ln(vocab size), i.e.
+# three times the loss of a uniform guess; it then stops, and its row says diverged with the curves so far.
+DIVERGE_FACTOR = 3.0
+
+
 def _noise_batches(tokens, cfg: dict, opts: CompareOptions, seed: int, device: torch.device):
     """Batches for the noise-structure analysis (Jiang, Semenov and Stich 2026 §F.2.2), from a stream separate from
     training
@@ -236,6 +241,7 @@ def _run_one(
         ckpt_every=cfg["ckpt_every"] if out_dir else 0,
         ckpt_dir=out_dir,
         resume=resume,
+        diverge_loss=DIVERGE_FACTOR * math.log(splits.meta["vocab_size"]),
     )
     res = train(
         model,
@@ -249,6 +255,7 @@ def _run_one(
         desc=f"{name} s{seed}",
     )
     last = diag.rows[-1] if diag.rows else {}
+    updates = [_num(r["max_update_sn"]) for r in diag.rows if r["step"] >= cfg["warmup"]]
     return {
         "optimizer": name,
         "seed": seed,
@@ -256,16 +263,21 @@ def _run_one(
         "val_loss": res.final_val_loss,
         "val_ppl": math.exp(min(res.final_val_loss, 50.0)) if math.isfinite(res.final_val_loss) else math.nan,
         "step_ms": res.step_ms,
-        "max_weight_sn": last.get("max_weight_sn", math.nan),
-        "max_update_sn": max(
-            (r["max_update_sn"] for r in diag.rows if r["step"] >= cfg["warmup"]), default=math.nan
-        ),
-        "agg_linf": last.get("agg_linf", math.nan),
+        "max_weight_sn": _num(last.get("max_weight_sn")),
+        "max_update_sn": math.nan if any(map(math.isnan, updates)) else max(updates, default=math.nan),
+        "agg_linf": _num(last.get("agg_linf")),
         "diverged": res.diverged,
+        "diverged_at": res.steps_done if res.diverged else None,
         "_curve": [(r["step"], r["loss"]) for r in res.logs],
         "_evals": res.evals,
-        "_norms": [(r["step"], r["agg_linf"], r["agg_fro"], r["max_weight_sn"]) for r in diag.rows],
+        "_norms": [(r["step"], _num(r["agg_linf"]), _num(r["agg_fro"]), _num(r["max_weight_sn"]))
+                   for r in diag.rows],
     }
+
+
+def _num(value) -> float:
+    """A logged number as a float: the logs store non-finite values (a diverged run) as ``None``."""
+    return math.nan if value is None else float(value)
 
 
 RESULT = "result.json"  # a finished run's table row (with its curves), in its run folder

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import sys
 import time
 
@@ -22,6 +23,7 @@ from spectrakit._checks import check_choice, check_int, check_scalar
 from spectrakit._cliargs import UsageError
 from spectrakit.experiments import compare as cmp
 from spectrakit.experiments.io import environment, invocation, markdown_table
+from spectrakit.train import interrupt
 from spectrakit.train.optimizers import OPTIMIZERS
 
 RUN_FILE = "run.json"
@@ -417,6 +419,13 @@ def _shown(rows: list[dict]) -> list[dict]:
     return [{**r, "c": "-" if r.get("c") is None else r["c"]} for r in rows]
 
 
+def _again_command(args: argparse.Namespace) -> str:
+    """The command that continues this sweep: the same one (finished points are kept), without ``--force``."""
+    if sys.argv[1:2] == ["sweep"]:
+        return "spectrakit " + shlex.join(a for a in sys.argv[1:] if a != "--force")
+    return f"spectrakit sweep --out {shlex.quote(args.out)} (with the same options)"
+
+
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.lr is not None:
@@ -430,7 +439,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(f"--{e}") from None
     opts = _compare_options(args)
-    result = sweep(lrs=lrs, cs=cs, out=args.out, tol=args.tol, shard=shard, extend=args.extend, **opts)
+    try:
+        with interrupt.graceful():
+            result = sweep(lrs=lrs, cs=cs, out=args.out, tol=args.tol, shard=shard, extend=args.extend, **opts)
+    except interrupt.Interrupted as e:
+        where = f"checkpoint {e.checkpoint}" if e.checkpoint else "no checkpoint"
+        print(f"interrupted at step {e.step} ({where}); continue with: {_again_command(args)}", file=sys.stderr)
+        return e.exit_code
     paths = plot(result, args.out)
     command = invocation("sweep", "")
     env = environment()
