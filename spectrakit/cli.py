@@ -128,15 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; user errors give one line on stderr and exit status 2 (``SPECTRAKIT_DEBUG=1``
     shows their traceback too). SIGINT and SIGTERM at any moment give one line and exit status 130 / 143
     (inside a training loop after a checkpoint, see :mod:`spectrakit.train.interrupt`)."""
+    signals = (interrupt.signal.SIGINT, interrupt.signal.SIGTERM)
+    previous = {s: interrupt.signal.getsignal(s) for s in signals}
     interrupt.install_exit_handlers()
+    stopped = False
     try:
         code = _main(argv)
     except KeyboardInterrupt as e:  # Terminated (SIGTERM) too
         interrupt.ignore_signals()  # the command is stopping: a further Ctrl-C must not add a traceback
         print(interrupt.message(e), file=sys.stderr)
-        return interrupt.exit_code(e)
-    for s in (interrupt.signal.SIGINT, interrupt.signal.SIGTERM):  # done: a late signal ends it in one line
-        interrupt.signal.signal(s, interrupt.exit_now)
+        code, stopped = interrupt.exit_code(e), True
+    for s in signals:
+        if argv is not None:  # called from Python: give the caller its handlers back
+            interrupt.signal.signal(s, previous[s])
+        elif not stopped:  # the process ends next: a late signal ends it in one line
+            interrupt.signal.signal(s, interrupt.exit_now)
     return code
 
 

@@ -428,6 +428,20 @@ def _shown(rows: list[dict]) -> list[dict]:
     return [{**r, "c": "-" if r.get("c") is None else r["c"]} for r in rows]
 
 
+def _unlisted_points(out: str) -> list[str]:
+    """Point folders written before sweeps kept an index: named after the point their ``run.json`` holds."""
+    names = []
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        try:
+            with open(os.path.join(out, name, RUN_FILE)) as f:
+                point = json.load(f)["point"]
+            if run_name(point) == name:
+                names.append(name)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            continue
+    return names
+
+
 def _again_command(args: argparse.Namespace) -> str:
     """The command that continues this sweep: the same one (finished points are kept), without ``--force``."""
     if sys.argv[1:2] == ["sweep"]:
@@ -464,7 +478,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, t0: float, lrs, cs, shard, opts: dict) -> int:
     if args.force:  # only what a sweep wrote: other folders in --out stay
         index = runfolders.read_index(args.out)
-        runfolders.remove_runs(args.out, index["runs"] if index else [], OUTPUTS)
+        runfolders.remove_runs(args.out, (index["runs"] if index else []) + _unlisted_points(args.out), OUTPUTS)
     try:
         with interrupt.graceful():
             result = sweep(lrs=lrs, cs=cs, out=args.out, tol=args.tol, shard=shard, extend=args.extend, **opts)

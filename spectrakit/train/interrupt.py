@@ -50,6 +50,8 @@ def install_exit_handlers() -> None:
         _exiting = signum
         _raise(signum)
 
+    global _exiting
+    _exiting = None
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, handler)
 
