@@ -257,6 +257,8 @@ def _run_one(
     )
     last = diag.rows[-1] if diag.rows else {}
     updates = [_num(r["max_update_sn"]) for r in diag.rows if r["step"] >= cfg["warmup"]]
+    # non-finite weights at the last diagnostics also mean divergence, even where the loss stayed finite
+    diverged = res.diverged or (bool(diag.rows) and last.get("max_weight_sn") is None)
     return {
         "optimizer": name,
         "seed": seed,
@@ -267,9 +269,8 @@ def _run_one(
         "max_weight_sn": _num(last.get("max_weight_sn")),
         "max_update_sn": math.nan if any(map(math.isnan, updates)) else max(updates, default=math.nan),
         "agg_linf": _num(last.get("agg_linf")),
-        # non-finite weights at the last diagnostics also mean divergence, even where the loss stayed finite
-        "diverged": res.diverged or (bool(diag.rows) and last.get("max_weight_sn") is None),
-        "diverged_at": res.steps_done if res.diverged or (diag.rows and last.get("max_weight_sn") is None) else None,
+        "diverged": diverged,
+        "diverged_at": res.steps_done if diverged else None,
         "_curve": [(r["step"], r["loss"]) for r in res.logs],
         "_evals": res.evals,
         "_norms": [(r["step"], _num(r["agg_linf"]), _num(r["agg_fro"]), _num(r["max_weight_sn"]))
@@ -350,8 +351,13 @@ def compare(*, on_row=None, **options) -> list[dict]:
     ``max_weight_sn`` (final largest ``||W||_2`` over matrices), ``max_update_sn`` (largest ``||U||_2`` of the
     applied update direction
     over the recorded steps after the LR warm-up, during which SPECTRA's threshold is raised to
-    ``c * lr_peak / lr_k``), ``agg_linf`` (final ``max |W_ij|``) and ``diverged``; private keys starting
-    with ``_`` hold the curves. Raises ``ValueError`` for invalid options,
+    ``c * lr_peak / lr_k``), ``agg_linf`` (final ``max |W_ij|``), ``diverged`` (the logged training loss
+    was not finite or above ``3 ln V``, or the weights were not finite: the run stopped there, at step
+    ``diverged_at``, and the next one starts) and ``diverged_at``; private keys starting with ``_`` hold
+    the curves. With ``out`` set, the run folders are listed in the folder's index and a resumed
+    comparison must keep the options of :data:`RUN_OPTIONS` (:mod:`.runfolders`); the memory and time the
+    runs need are estimated first and, with ``resource_check``, refused when they cannot fit this machine
+    (:mod:`.resources`). Raises ``ValueError`` for invalid options,
     :class:`~spectrakit.data.corpora.CorpusUnavailableError` for a missing corpus.
     """
     opts = CompareOptions(**options)
@@ -626,17 +632,23 @@ OUTPUTS = ("results.json", "results.md", "loss_curves.png", "weight_norms.png") 
 
 def stalled_rank_exit(exc: BaseException, timeout_s: float) -> None:
     """When ``exc`` is a collective's timeout under ``torchrun`` (gloo: "Timed out waiting ...ms", NCCL:
-    "Watchdog caught collective operation timeout"), print one line naming the timeout and ``--dist-timeout``
-    and end the process with status 1 at once (the process group cannot be shut down cleanly any more);
-    otherwise return."""
+    "Watchdog caught collective operation timeout"), print one line naming the timeout and ``--dist-timeout``;
+    when another rank closed its connection (it died), one line saying so; then end the process with status
+    1 at once (the process group cannot be shut down cleanly any more). Otherwise return."""
     import torch.distributed as dist
 
     text = str(exc)
-    if not (dist.is_available() and dist.is_initialized() and re.search(r"timed out|timeout", text, re.I)):
+    if not (dist.is_available() and dist.is_initialized()):
         return
-    print(f"error: rank {dist.get_rank()} waited {timeout_s:g} s (--dist-timeout {timeout_s:g}) for another rank "
-          "that stalled or died; raise --dist-timeout if a step, evaluation or checkpoint legitimately takes "
-          "longer", file=sys.stderr, flush=True)
+    if re.search(r"timed out|timeout", text, re.I):
+        line = (f"rank {dist.get_rank()} waited {timeout_s:g} s (--dist-timeout {timeout_s:g}) for another rank "
+                "that stalled or died; raise --dist-timeout if a step, evaluation or checkpoint legitimately "
+                "takes longer")
+    elif re.search(r"connection (closed|reset) by peer|remote worker crash", text, re.I):
+        line = f"rank {dist.get_rank()} lost its connection to another rank, which stopped (see that rank's output)"
+    else:
+        return
+    print(f"error: {line}", file=sys.stderr, flush=True)
     os._exit(1)
 
 

@@ -26,7 +26,7 @@ def test_stalled_rank_ends_the_job_in_one_line(tmp_path):
     base = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "OMP_NUM_THREADS": "1",
             "SPECTRAKIT_CACHE": str(tmp_path / "cache"), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
             "WORLD_SIZE": "2"}
-    procs = [subprocess.Popen([sys.executable, "-m", "spectrakit", *TINY, "--dist-timeout", "3", "--out", str(out)],
+    procs = [subprocess.Popen([sys.executable, "-m", "spectrakit", *TINY, "--dist-timeout", "20", "--out", str(out)],
                               env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
     try:
@@ -45,5 +45,5 @@ def test_stalled_rank_ends_the_job_in_one_line(tmp_path):
             p.communicate()
     lines = err.strip().splitlines()
     assert procs[0].returncode == 1 and len(lines) == 1, err
-    assert "--dist-timeout 3" in lines[0] and "Traceback" not in err
-    assert waited < 60
+    assert "--dist-timeout 20" in lines[0] and "Traceback" not in err
+    assert waited < 90
