@@ -54,9 +54,10 @@ def _finish(proc, expected):
     return lines[0]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_signal_during_start_up(tmp_path, signum):
-    proc = _start(tmp_path, "compare", *TINY, "--out", str(tmp_path / "out"))
+@pytest.mark.parametrize("signum, argv", [(signal.SIGINT, ["compare", *TINY]), (signal.SIGTERM, ["compare", *TINY]),
+                                          (signal.SIGTERM, ["ops", "--reps", "1"])])
+def test_signal_during_start_up(tmp_path, signum, argv):
+    proc = _start(tmp_path, *argv, *(["--out", str(tmp_path / "out")] if argv[0] == "compare" else []))
     _handlers_installed(proc)  # then torch is imported: a signal now used to give a traceback or kill it
     time.sleep(0.05)
     proc.send_signal(signum)
