@@ -42,6 +42,19 @@ def positive_int(text: str) -> int:
     return value
 
 
+def thread_count(text: str) -> int:
+    """``type=`` for ``--threads``: 1 up to the cores this process may run on (more threads than cores only
+    wait on each other, and far more make torch's thread pool fail)."""
+    value = positive_int(text)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (macOS, Windows)
+        cores = os.cpu_count() or 1
+    if value > cores:
+        raise argparse.ArgumentTypeError(f"expected 1..{cores} (the cores this process may use), got {value}")
+    return value
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """``type=`` for a non-empty comma-separated list of integers (``0,1,2``)."""
     try:

@@ -13,8 +13,9 @@ import os
 import sys
 import traceback
 
-from spectrakit._cliargs import UsageError, check_output_folder, device_name, finite_float, positive_int
-from spectrakit._threads import apply_threads
+from spectrakit.train import interrupt  # no torch: imported before the signal handlers are in place
+
+# the other imports (torch among them) wait until main() has installed the signal handlers
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -65,6 +66,8 @@ def _user_text(text: str | None) -> str | None:
 def _harden(parser: argparse.ArgumentParser) -> None:
     """Make every sub-parser report errors in one line, show defaults once, reject nan/inf for every
     float option and check ``--device`` while parsing; recurses into nested sub-commands."""
+    from spectrakit._cliargs import device_name, finite_float, thread_count
+
     parser.__class__ = Parser
     parser.formatter_class = HelpFormatter
     parser.description = _user_text(parser.description)
@@ -76,9 +79,10 @@ def _harden(parser: argparse.ArgumentParser) -> None:
         if action.dest == "device" and action.type is None:
             action.type = device_name
     if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions) and parser.prog != "spectrakit":
-        parser.add_argument("--threads", type=positive_int, default=None,
-                            help="CPU threads for torch (default: the cores not busy with other work, measured over "
-                            "0.2 s at start; OMP_NUM_THREADS when set)")
+        parser.add_argument("--threads", type=thread_count, default=None,
+                            help="CPU threads for torch, at most the cores this process may use (default: the "
+                            "cores not busy with other work, measured over 0.2 s at start; OMP_NUM_THREADS when "
+                            "set)")
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
@@ -111,6 +115,7 @@ def _is_user_error(exc: BaseException) -> bool:
     """A user error: :class:`UsageError`, a missing corpus or data set, a checkpoint that cannot be written or
     used (a full disk, a corrupted folder: the message is one line naming the path), or an exception raised
     by the library's own argument checks (``spectrakit/_checks.py``) about an option's value."""
+    from spectrakit._cliargs import UsageError
     from spectrakit.checkpoint import CheckpointError
     from spectrakit.data.corpora import CorpusUnavailableError
 
@@ -126,7 +131,30 @@ def _is_user_error(exc: BaseException) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; user errors give one line on stderr and exit status 2 (``SPECTRAKIT_DEBUG=1``
-    shows their traceback too)."""
+    shows their traceback too). SIGINT and SIGTERM at any moment give one line and exit status 130 / 143
+    (inside a training loop after a checkpoint, see :mod:`spectrakit.train.interrupt`)."""
+    signals = (interrupt.signal.SIGINT, interrupt.signal.SIGTERM)
+    previous = {s: interrupt.signal.getsignal(s) for s in signals}
+    interrupt.install_exit_handlers()
+    stopped = False
+    try:
+        code = _main(argv)
+    except KeyboardInterrupt as e:  # Terminated (SIGTERM) too
+        interrupt.ignore_signals()  # the command is stopping: a further Ctrl-C must not add a traceback
+        print(interrupt.message(e), file=sys.stderr)
+        code, stopped = interrupt.exit_code(e), True
+    for s in signals:
+        if argv is not None:  # called from Python: give the caller its handlers back
+            interrupt.signal.signal(s, previous[s])
+        elif not stopped:  # the process ends next: a late signal ends it in one line
+            interrupt.signal.signal(s, interrupt.exit_now)
+    return code
+
+
+def _main(argv: list[str] | None) -> int:
+    from spectrakit._cliargs import check_output_folder
+    from spectrakit._threads import apply_threads
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
@@ -138,9 +166,6 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, flag, None):
                 check_output_folder(getattr(args, flag), "--" + flag)
         return int(args._run(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except Exception as e:
         if not _is_user_error(e) or os.environ.get("SPECTRAKIT_DEBUG"):
             raise

@@ -39,6 +39,16 @@ CASES = [
     (["ops", "--reps", "x"], ["--reps"]),
     (["experiment", "grokking", "--lr", "inf"], ["--lr"]),
     (["experiment", "nope"], ["nope"]),
+    (["compare", "--threads", "100000"], ["--threads", "cores"]),
+    (["ops", "--threads", "0"], ["--threads", ">= 1"]),
+    (["experiment", "spike-noise", "--rank", "1000", "--steps", "1"], ["rank", "[1, 50]", "1000"]),
+    # settings that cannot fit the machine: refused with the estimate, before any training
+    (["compare", "--tokenizer", "bytes", "--seq-len", "100000", "--quiet"], ["GB of memory", "--seq-len",
+                                                                              "--no-resource-check"]),
+    (["compare", "--tokenizer", "bytes", "--steps", "100000000", "--quiet"], ["more than 24 h", "--steps",
+                                                                              "--no-resource-check"]),
+    (["compare", "--tokenizer", "bytes", "--eval-tokens", "1000000000000", "--quiet"],
+     ["--eval-tokens", "validation split"]),
 ]
 
 

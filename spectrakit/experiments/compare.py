@@ -20,7 +20,6 @@ import math
 import os
 import re
 import shlex
-import shutil
 import sys
 import time
 
@@ -31,6 +30,7 @@ from spectrakit._cliargs import int_list, name_list, positive_int
 from spectrakit.data.batches import TokenBatches
 from spectrakit.data.corpora import CORPORA
 from spectrakit.data.tokens import prepare, unigram_entropy
+from spectrakit.experiments import resources, runfolders
 from spectrakit.experiments.io import report
 from spectrakit.models.llama import PRESETS, Llama, preset_config
 from spectrakit.train import interrupt
@@ -127,6 +127,7 @@ class CompareOptions:
     progress: bool = True
     ckpt_every: int | None = None
     resume: bool = False
+    resource_check: bool = True
 
     def resolved(self) -> dict:
         """The effective settings: ``setting`` defaults overridden by the explicit options."""
@@ -168,6 +169,11 @@ class CompareOptions:
             ckpt = max(log_every, base["steps"] // 10 // log_every * log_every)
         check_int(ckpt, "ckpt_every", low=0)
         return {**base, "setting": setting, "device": device, "ckpt_every": ckpt, "log_every": log_every}
+
+
+# A run diverged when its logged training loss is not finite or above DIVERGE_FACTOR * ln(vocab size), i.e.
+# three times the loss of a uniform guess; it then stops, and its row says diverged with the curves so far.
+DIVERGE_FACTOR = 3.0
 
 
 def _noise_batches(tokens, cfg: dict, opts: CompareOptions, seed: int, device: torch.device):
@@ -236,6 +242,7 @@ def _run_one(
         ckpt_every=cfg["ckpt_every"] if out_dir else 0,
         ckpt_dir=out_dir,
         resume=resume,
+        diverge_loss=DIVERGE_FACTOR * math.log(splits.meta["vocab_size"]),
     )
     res = train(
         model,
@@ -249,6 +256,9 @@ def _run_one(
         desc=f"{name} s{seed}",
     )
     last = diag.rows[-1] if diag.rows else {}
+    updates = [_num(r["max_update_sn"]) for r in diag.rows if r["step"] >= cfg["warmup"]]
+    # non-finite weights at the last diagnostics also mean divergence, even where the loss stayed finite
+    diverged = res.diverged or (bool(diag.rows) and last.get("max_weight_sn") is None)
     return {
         "optimizer": name,
         "seed": seed,
@@ -256,26 +266,49 @@ def _run_one(
         "val_loss": res.final_val_loss,
         "val_ppl": math.exp(min(res.final_val_loss, 50.0)) if math.isfinite(res.final_val_loss) else math.nan,
         "step_ms": res.step_ms,
-        "max_weight_sn": last.get("max_weight_sn", math.nan),
-        "max_update_sn": max(
-            (r["max_update_sn"] for r in diag.rows if r["step"] >= cfg["warmup"]), default=math.nan
-        ),
-        "agg_linf": last.get("agg_linf", math.nan),
-        "diverged": res.diverged,
+        "max_weight_sn": _num(last.get("max_weight_sn")),
+        "max_update_sn": math.nan if any(map(math.isnan, updates)) else max(updates, default=math.nan),
+        "agg_linf": _num(last.get("agg_linf")),
+        "diverged": diverged,
+        "diverged_at": res.steps_done if diverged else None,
         "_curve": [(r["step"], r["loss"]) for r in res.logs],
         "_evals": res.evals,
-        "_norms": [(r["step"], r["agg_linf"], r["agg_fro"], r["max_weight_sn"]) for r in diag.rows],
+        "_norms": [(r["step"], _num(r["agg_linf"]), _num(r["agg_fro"]), _num(r["max_weight_sn"]))
+                   for r in diag.rows],
     }
+
+
+def _num(value) -> float:
+    """A logged number as a float: the logs store non-finite values (a diverged run) as ``None``."""
+    return math.nan if value is None else float(value)
 
 
 RESULT = "result.json"  # a finished run's table row (with its curves), in its run folder
 
 
+# the options that decide what a run computes: a resumed comparison must keep them (optimizers and seeds may
+# grow, each run has its own folder; device, checkpoint interval and output only change where it runs)
+RUN_OPTIONS = ("preset", "tokenizer", "steps", "batch_size", "seq_len", "warmup", "eval_every", "eval_tokens",
+               "diag_every", "corpus", "grad_accum", "schedule", "lr", "c", "embedding_scale", "weight_decay",
+               "grad_clip", "noise_steps", "noise_signal_batches", "noise_samples")
+
+
+def run_options(opts: CompareOptions, cfg: dict, keys=RUN_OPTIONS) -> dict:
+    """The options of ``keys`` that the runs are started with (``cfg``'s resolved value where it has one)."""
+    return {k: cfg[k] if k in cfg else getattr(opts, k) for k in keys}
+
+
 def run_folders(out: str) -> list[str]:
-    """The per-run folders (``<optimizer>-s<seed>``) of a compare output folder."""
+    """The run folders of a compare output folder: those its index lists (:mod:`.runfolders`) and, for
+    folders written before there was an index, ``<optimizer>-s<seed>`` folders holding a run's files."""
     if not out or not os.path.isdir(out):
         return []
-    return sorted(n for n in os.listdir(out) if re.fullmatch(r".+-s-?\d+", n) and os.path.isdir(os.path.join(out, n)))
+    index = runfolders.read_index(out)
+    listed = [n for n in (index["runs"] if index else []) if os.path.isdir(os.path.join(out, n))]
+    names = "|".join(re.escape(n) for n in OPTIMIZERS)
+    legacy = [n for n in os.listdir(out) if re.fullmatch(rf"(?:{names})-s-?\d+", n)
+              and any(os.path.exists(os.path.join(out, n, f)) for f in (RESULT, "metrics.jsonl", CHECKPOINTS))]
+    return sorted(set(listed) | set(legacy))
 
 
 def _finished_row(run_dir: str) -> dict | None:
@@ -318,17 +351,27 @@ def compare(*, on_row=None, **options) -> list[dict]:
     ``max_weight_sn`` (final largest ``||W||_2`` over matrices), ``max_update_sn`` (largest ``||U||_2`` of the
     applied update direction
     over the recorded steps after the LR warm-up, during which SPECTRA's threshold is raised to
-    ``c * lr_peak / lr_k``), ``agg_linf`` (final ``max |W_ij|``) and ``diverged``; private keys starting
-    with ``_`` hold the curves. Raises ``ValueError`` for invalid options,
+    ``c * lr_peak / lr_k``), ``agg_linf`` (final ``max |W_ij|``), ``diverged`` (the logged training loss
+    was not finite or above ``3 ln V``, or the weights were not finite: the run stopped there, at step
+    ``diverged_at``, and the next one starts) and ``diverged_at``; private keys starting with ``_`` hold
+    the curves. With ``out`` set, the run folders are listed in the folder's index and a resumed
+    comparison must keep the options of :data:`RUN_OPTIONS` (:mod:`.runfolders`); the memory and time the
+    runs need are estimated first and, with ``resource_check``, refused when they cannot fit this machine
+    (:mod:`.resources`). Raises ``ValueError`` for invalid options,
     :class:`~spectrakit.data.corpora.CorpusUnavailableError` for a missing corpus.
     """
     opts = CompareOptions(**options)
     cfg = opts.resolved()
+    if opts.out:  # every rank checks the options of a resumed comparison; rank 0 records them
+        runfolders.start(opts.out, "compare", run_options(opts, cfg), resume=opts.resume, write=False)
     info = setup(cfg["device"])
+    if opts.out and info.is_main:
+        runfolders.start(opts.out, "compare", run_options(opts, cfg), resume=opts.resume)
     if info.is_main:  # tokenise once; the other ranks then read the cache
         prepare(opts.corpus, cfg["tokenizer"], verbose=opts.progress)
     barrier(info)
     splits = prepare(opts.corpus, cfg["tokenizer"])
+    _check_resources(opts, cfg, splits, info)
     rows = []
     for seed in opts.seeds:
         for name in opts.optimizers:
@@ -337,6 +380,8 @@ def compare(*, on_row=None, **options) -> list[dict]:
             if done is not None:
                 rows.append(done)
             else:
+                if out_dir and info.is_main:
+                    runfolders.add_run(opts.out, os.path.basename(out_dir))
                 ckpts = os.path.join(out_dir, CHECKPOINTS) if out_dir else None
                 resume = ckpts if opts.resume and ckpts and candidates(ckpts) else None
                 row = _run_one(name, seed, opts, cfg, splits, out_dir, info, resume=resume)
@@ -347,6 +392,41 @@ def compare(*, on_row=None, **options) -> list[dict]:
             if on_row is not None and info.is_main:
                 on_row(_with_overheads(list(rows)))
     return _with_overheads(rows)
+
+
+def _check_resources(opts: CompareOptions, cfg: dict, splits, info: DistInfo) -> dict:
+    """Estimate the memory and time of the runs (:mod:`.resources`) and, with ``opts.resource_check``,
+    refuse what cannot fit this machine: more memory than is free, or longer than
+    :data:`~spectrakit.experiments.resources.MAX_HOURS`; validation settings the split cannot hold are
+    always refused. Returns ``{"memory_bytes", "seconds", "available_bytes"}``."""
+    from spectrakit._cliargs import UsageError
+
+    val = len(splits.val)
+    if cfg["seq_len"] >= val:
+        raise UsageError(f"--seq-len {cfg['seq_len']}: the validation split has {val} tokens; use at most {val - 1}")
+    if opts.eval_tokens is not None and opts.eval_tokens > val:
+        raise UsageError(f"--eval-tokens {opts.eval_tokens} is more than the validation split holds ({val} "
+                         f"tokens); use at most {val}")
+    model_cfg = preset_config(cfg["preset"], splits.meta["vocab_size"], max_seq_len=cfg["seq_len"])
+    runs = len(opts.optimizers) * len(opts.seeds)
+    mem = resources.memory_bytes(model_cfg, cfg["batch_size"], cfg["seq_len"])
+    flops = runs * resources.run_flops(model_cfg, steps=cfg["steps"], batch_size=cfg["batch_size"],
+                                       seq_len=cfg["seq_len"], grad_accum=opts.grad_accum,
+                                       eval_every=cfg["eval_every"], eval_tokens=min(cfg["eval_tokens"], val))
+    seconds = flops / info.world_size / resources.measured_flops_per_s(info.device)
+    free = resources.available_bytes(info.device)
+    what = (f"about {resources.size(mem)} of memory per process and {resources.duration(seconds)} for {runs} "
+            f"run(s) on this machine")
+    if opts.resource_check:
+        if free is not None and mem > free:
+            raise UsageError(f"these settings need {what}, but only {resources.size(free)} of memory is free; "
+                             "lower --seq-len, --batch-size or --preset, or pass --no-resource-check to try anyway")
+        if seconds > resources.MAX_HOURS * 3600:
+            raise UsageError(f"these settings need {what} (more than {resources.MAX_HOURS:g} h); lower --steps, "
+                             "--eval-tokens, --seq-len or --preset, or pass --no-resource-check to run anyway")
+    if opts.progress and info.is_main:
+        print(f"estimate: {what}", file=sys.stderr, flush=True)
+    return {"memory_bytes": mem, "seconds": seconds, "available_bytes": free}
 
 
 def _run_styles(rows: list[dict]) -> list[tuple[str, str | None]]:
@@ -516,7 +596,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dist-timeout", type=float, default=300.0,
                         help="seconds a collective may wait under torchrun before the job stops with an error")
     parser.add_argument("--force", action="store_true",
-                        help="delete the previous results and runs in --out and start over")
+                        help="delete the previous results and runs in --out and start over (other folders in "
+                        "--out are kept)")
+    parser.add_argument("--no-resource-check", dest="resource_check", action="store_false",
+                        help="run even when the memory or time estimated from the settings does not fit this "
+                        "machine (more memory than is free, or more than 24 h)")
 
 
 def _check_out_folder(args: argparse.Namespace) -> None:
@@ -532,11 +616,8 @@ def _check_out_folder(args: argparse.Namespace) -> None:
     if not args.force:
         raise UsageError(f"--out {args.out} holds a previous comparison ({len(old)} run folders); pass --resume "
                          "to continue it or --force to delete it and start over")
-    for name in old:
-        shutil.rmtree(os.path.join(args.out, name))
-    for name in ("results.json", "results.md", "loss_curves.png", "weight_norms.png"):
-        if os.path.exists(os.path.join(args.out, name)):
-            os.remove(os.path.join(args.out, name))
+    # only what a comparison wrote: other folders in --out (photos-s2023/) stay
+    runfolders.remove_runs(args.out, old, OUTPUTS)
 
 
 def _resume_command(args: argparse.Namespace) -> str:
@@ -546,7 +627,37 @@ def _resume_command(args: argparse.Namespace) -> str:
     return f"spectrakit compare --out {shlex.quote(args.out)} --resume (with the same options)"
 
 
+OUTPUTS = ("results.json", "results.md", "loss_curves.png", "weight_norms.png")  # a comparison's own files
+
+
+def stalled_rank_exit(exc: BaseException, timeout_s: float) -> None:
+    """When ``exc`` is a collective's timeout under ``torchrun`` (gloo: "Timed out waiting ...ms", NCCL:
+    "Watchdog caught collective operation timeout"), print one line naming the timeout and ``--dist-timeout``;
+    when another rank closed its connection (it died), one line saying so; then end the process with status
+    1 at once (the process group cannot be shut down cleanly any more). Otherwise return."""
+    import torch.distributed as dist
+
+    text = str(exc)
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if re.search(r"timed out|timeout", text, re.I):
+        line = (f"rank {dist.get_rank()} waited {timeout_s:g} s (--dist-timeout {timeout_s:g}) for another rank "
+                "that stalled or died; raise --dist-timeout if a step, evaluation or checkpoint legitimately "
+                "takes longer")
+    elif re.search(r"connection (closed|reset) by peer|remote worker crash", text, re.I):
+        line = f"rank {dist.get_rank()} lost its connection to another rank, which stopped (see that rank's output)"
+    else:
+        return
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    os._exit(1)
+
+
 def run(args: argparse.Namespace) -> int:
+    with runfolders.lock_out(args.out):  # one command per --out at a time
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     _check_out_folder(args)
     if args.dist_timeout <= 0:
         from spectrakit._cliargs import UsageError
@@ -584,6 +695,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         ckpt_every=args.ckpt_every,
         resume=args.resume,
+        resource_check=args.resource_check,
     )
     t0 = time.perf_counter()
     cfg = CompareOptions(**opts).resolved()
@@ -623,6 +735,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         with interrupt.graceful():
             rows = compare(on_row=write, **opts)
+    except RuntimeError as e:
+        stalled_rank_exit(e, args.dist_timeout)
+        raise
     except interrupt.Interrupted as e:
         where = f"checkpoint {e.checkpoint}" if e.checkpoint else "no checkpoint (no --out)"
         print(f"interrupted at step {e.step} ({where}); resume with: {_resume_command(args)}", file=sys.stderr)

@@ -26,6 +26,7 @@ import os
 
 import torch
 
+from spectrakit._checks import check_int
 from spectrakit.experiments.fw_logistic import logistic_data, logistic_grad, logistic_loss
 from spectrakit.experiments.io import invocation, report
 from spectrakit.optim import Spectra
@@ -92,6 +93,8 @@ def run(
     histories: dict | None = None,
 ) -> list[dict]:
     """Rows ``(protocol, noise, method, lr0, final_loss)`` for both protocols (see module docstring)."""
+    check_int(d, "d", low=1)
+    check_int(rank, "rank", low=1, high=d)  # a d x r Stiefel sample needs r <= d
     A, y, _, _, _ = logistic_data(d, n, 0, label_noise, seed)
     M = gradient_bound(A)
     c = M if c is None else c
@@ -179,7 +182,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--noises", type=float, nargs="+", default=[10.0, 100.0, 1000.0], help="spike sizes l"
     )
-    parser.add_argument("--rank", type=int, default=1, help="rank r of the spike noise")
+    parser.add_argument("--rank", type=int, default=1, help="rank r of the spike noise, 1 <= r <= d")
     parser.add_argument("--steps", type=int, default=1000, help="iterations")
     parser.add_argument(
         "--lrs", type=float, nargs="+", default=[2.0**k for k in range(-8, 3)], help="eta_0 grid"

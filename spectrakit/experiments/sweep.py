@@ -15,16 +15,21 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import sys
 import time
 
 from spectrakit._checks import check_choice, check_int, check_scalar
 from spectrakit._cliargs import UsageError
 from spectrakit.experiments import compare as cmp
+from spectrakit.experiments import runfolders
 from spectrakit.experiments.io import environment, invocation, markdown_table
+from spectrakit.train import interrupt
 from spectrakit.train.optimizers import OPTIMIZERS
 
 RUN_FILE = "run.json"
+SWEEP_OPTIONS = tuple(k for k in cmp.RUN_OPTIONS if k != "lr")  # a point's LR is its own; c may be swept too
+OUTPUTS = ("sweep.json", "sweep.md", "lr_sensitivity.png", "c_sweep.png", "best")  # a sweep's own files
 NORM_KEYS = ("max_weight_sn", "max_update_sn", "agg_linf")
 SUMMARY_COLUMNS = [
     "optimizer", "c", "best_lr", "val_loss_mean", "val_loss_std", "seeds", "lr_range_lo", "lr_range_hi",
@@ -268,7 +273,11 @@ def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, shard: tupl
     seeds = tuple(options.pop("seeds", cmp.CompareOptions.seeds))
     for key in ("lr", "out"):
         options.pop(key, None)
-    cmp.CompareOptions(**options, optimizers=names, seeds=seeds).resolved()  # validate before any run
+    checked = cmp.CompareOptions(**options, optimizers=names, seeds=seeds)
+    cfg = checked.resolved()  # validate before any run
+    # a sweep always continues its --out: its points must keep the options they were started with
+    runfolders.start(out, "sweep", cmp.run_options(checked, cfg, SWEEP_OPTIONS), resume=True,
+                     write=os.environ.get("RANK", "0") == "0")
     res = {"rows": [], "ran": [], "skipped": [], "pending": [], "extended": []}
     todo = grid(names, tuple(lrs), seeds, tuple(cs))
     known = {run_name(p) for p in todo}
@@ -305,6 +314,8 @@ def _visit(point: dict, index: int, size: int, out: str, shard: tuple[int, int],
         state = "finished before, skipped" if row is not None else "training"
         print(f"sweep [{index}/{size}] {name}: {state}", file=sys.stderr, flush=True)
     if row is None:
+        if os.environ.get("RANK", "0") == "0":
+            runfolders.add_run(out, name)
         os.makedirs(run_dir, exist_ok=True)
         row = _run_or_resume(run_dir, point, options)
         res["ran"].append(name)
@@ -417,6 +428,27 @@ def _shown(rows: list[dict]) -> list[dict]:
     return [{**r, "c": "-" if r.get("c") is None else r["c"]} for r in rows]
 
 
+def _unlisted_points(out: str) -> list[str]:
+    """Point folders written before sweeps kept an index: named after the point their ``run.json`` holds."""
+    names = []
+    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        try:
+            with open(os.path.join(out, name, RUN_FILE)) as f:
+                point = json.load(f)["point"]
+            if run_name(point) == name:
+                names.append(name)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            continue
+    return names
+
+
+def _again_command(args: argparse.Namespace) -> str:
+    """The command that continues this sweep: the same one (finished points are kept), without ``--force``."""
+    if sys.argv[1:2] == ["sweep"]:
+        return "spectrakit " + shlex.join(a for a in sys.argv[1:] if a != "--force")
+    return f"spectrakit sweep --out {shlex.quote(args.out)} (with the same options)"
+
+
 def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.lr is not None:
@@ -429,8 +461,34 @@ def run(args: argparse.Namespace) -> int:
         check_scalar(args.tol, "tol", low=0, allow_tensor=False)
     except ValueError as e:
         raise UsageError(f"--{e}") from None
+    if args.dist_timeout <= 0:
+        raise UsageError(f"--dist-timeout must be > 0 seconds, got {args.dist_timeout}")
+    os.environ["SPECTRAKIT_DIST_TIMEOUT"] = str(args.dist_timeout)
     opts = _compare_options(args)
-    result = sweep(lrs=lrs, cs=cs, out=args.out, tol=args.tol, shard=shard, extend=args.extend, **opts)
+    if shard == (0, 1):  # one sweep per --out; the shards of one grid share it, one process per shard
+        with runfolders.lock_out(args.out):
+            return _run(args, t0, lrs, cs, shard, opts)
+    if args.force:
+        raise UsageError("--force deletes the whole sweep: run it once without --shard")
+    with runfolders.lock_out(args.out, shared=True), \
+            runfolders.lock_out(args.out, name=f"{runfolders.LOCK}.shard-{shard[0]}-of-{shard[1]}"):
+        return _run(args, t0, lrs, cs, shard, opts)
+
+
+def _run(args: argparse.Namespace, t0: float, lrs, cs, shard, opts: dict) -> int:
+    if args.force:  # only what a sweep wrote: other folders in --out stay
+        index = runfolders.read_index(args.out)
+        runfolders.remove_runs(args.out, (index["runs"] if index else []) + _unlisted_points(args.out), OUTPUTS)
+    try:
+        with interrupt.graceful():
+            result = sweep(lrs=lrs, cs=cs, out=args.out, tol=args.tol, shard=shard, extend=args.extend, **opts)
+    except RuntimeError as e:
+        cmp.stalled_rank_exit(e, args.dist_timeout)
+        raise
+    except interrupt.Interrupted as e:
+        where = f"checkpoint {e.checkpoint}" if e.checkpoint else "no checkpoint"
+        print(f"interrupted at step {e.step} ({where}); continue with: {_again_command(args)}", file=sys.stderr)
+        return e.exit_code
     paths = plot(result, args.out)
     command = invocation("sweep", "")
     env = environment()

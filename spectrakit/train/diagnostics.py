@@ -43,16 +43,32 @@ def matrix_view(p: torch.Tensor) -> torch.Tensor:
     return m.double() if m.dtype == torch.float64 else m.float()
 
 
+def _finite_or_nan(mats: torch.Tensor, fn) -> torch.Tensor:
+    """``fn`` (a batched SVD-based function of ``(..., m, n)`` matrices) of the finite matrices, ``nan`` for
+    the results of matrices holding a ``nan``/``inf`` entry (a diverged run), where LAPACK would raise
+    instead. No host sync: non-finite matrices are replaced by zeros before ``fn`` and masked after."""
+    finite = torch.isfinite(mats).flatten(-2).all(-1)
+    out = fn(torch.where(finite[..., None, None], mats, torch.zeros((), dtype=mats.dtype, device=mats.device)))
+    mask = finite.reshape(finite.shape + (1,) * (out.ndim - finite.ndim))
+    return torch.where(mask, out, torch.full((), float("nan"), dtype=out.dtype, device=out.device))
+
+
+def svdvals_or_nan(m: torch.Tensor) -> torch.Tensor:
+    """Singular values of ``m`` (batched over leading dimensions), all ``nan`` where ``m`` is not finite."""
+    return _finite_or_nan(m, torch.linalg.svdvals)
+
+
 def batched_spectral_norms(mats: list[torch.Tensor]) -> list[float]:
-    """Exact ``||M||_2`` of each matrix; same-shaped matrices go through one batched call; one host
-    transfer."""
+    """Exact ``||M||_2`` of each matrix (``nan`` for a matrix with a non-finite entry); same-shaped matrices
+    go through one batched call; one host transfer."""
     by_shape: dict[tuple, list[int]] = defaultdict(list)
     for i, m in enumerate(mats):
         by_shape[tuple(m.shape)].append(i)
     out = [0.0] * len(mats)
     vals, order = [], []
     for idx in by_shape.values():
-        vals.append(torch.linalg.matrix_norm(torch.stack([mats[i] for i in idx]), ord=2))
+        vals.append(_finite_or_nan(torch.stack([mats[i] for i in idx]),
+                                   lambda m: torch.linalg.matrix_norm(m, ord=2)))
         order.extend(idx)
     for i, v in zip(order, torch.cat(vals).tolist()):
         out[i] = v
@@ -172,7 +188,7 @@ class SpectralDiagnostics:
             for name, p in params:
                 if p.grad is not None:
                     self._save_spectrum(
-                        ctx.step, name, "grad", torch.linalg.svdvals(matrix_view(p.grad)).cpu()
+                        ctx.step, name, "grad", svdvals_or_nan(matrix_view(p.grad)).cpu()
                     )
 
     def attach(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, start_step: int = 0):
@@ -231,7 +247,7 @@ class SpectralDiagnostics:
             )
         if step in self.spectra_steps:
             for (name, _), u in zip(params, updates):
-                self._save_spectrum(step, name, "update", torch.linalg.svdvals(u).cpu())
+                self._save_spectrum(step, name, "update", svdvals_or_nan(u).cpu())
         self._before = {}
 
 
@@ -312,7 +328,8 @@ class NoiseStructure:
 
     ``make_batches(step) -> (signal_batches, sample_batches)`` supplies the data (use a stream separate
     from the training stream so the training data order is unchanged); rows go to
-    ``<out_dir>/noise.jsonl`` with the ``step`` added."""
+    ``<out_dir>/noise.jsonl`` with the ``step`` added; a step whose weights are not finite (a diverged run)
+    is skipped."""
 
     def __init__(self, steps, make_batches, *, r: int = 5, names=None, out_dir: str | None = None) -> None:
         self.steps, self.make_batches, self.r, self.names = {int(s) for s in steps}, make_batches, r, names
@@ -326,6 +343,9 @@ class NoiseStructure:
         return step in self.steps
 
     def after_step(self, ctx) -> None:
+        params = [p for _, p in _matrix_params(ctx.model)]
+        if not bool(torch.stack([torch.isfinite(matrix_view(p)).all() for p in params]).all()):
+            return  # a diverged run: no gradient structure to measure (the SVDs would fail)
         signal, samples = self.make_batches(ctx.step)
         for row in noise_structure(ctx.model, signal, samples, names=self.names, r=self.r):
             self.logger.log({"step": ctx.step, **row})

@@ -1,13 +1,76 @@
 """Graceful stop on Ctrl-C (SIGINT) and SIGTERM: the training loop finishes its current step, writes a
-checkpoint and raises :class:`Interrupted`; the command then prints how to resume and exits 130 / 143."""
+checkpoint and raises :class:`Interrupted`; the command then prints how to resume and exits 130 / 143.
+
+Outside the training loop (data preparation, model set-up, between runs) there is nothing to save: the
+signal unwinds at once, as :class:`KeyboardInterrupt` for SIGINT and :class:`Terminated` (a subclass) for
+SIGTERM, and the command line prints one line and exits 130 / 143 (:func:`install_exit_handlers`).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import signal
+import sys
 from collections.abc import Iterator
 
 _requested: int | None = None
+_deferring = 0  # > 0 inside the training loop (see deferred): the first signal only requests a stop
+_exiting: int | None = None  # the signal being unwound by install_exit_handlers' handler
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside the training loop's graceful stop: unwinds like Ctrl-C, exit status 143."""
+
+
+def exit_code(exc: BaseException) -> int:
+    """128 + the signal number: 143 for :class:`Terminated`, 130 for any other :class:`KeyboardInterrupt`."""
+    return 128 + int(signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT)
+
+
+def message(exc: BaseException) -> str:
+    """The one line a command prints when a signal stops it outside the training loop."""
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (SIGINT, Ctrl-C)"
+
+
+def _raise(signum: int) -> None:
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def install_exit_handlers() -> None:
+    """For a command line: SIGINT raises :class:`KeyboardInterrupt` and SIGTERM raises :class:`Terminated`,
+    at any moment, so that both unwind to the command's entry point (which prints one line and exits
+    130 / 143). A further signal while the first one unwinds prints that line and exits at once."""
+
+    def handler(signum, frame):
+        global _exiting
+        if _exiting is not None:
+            exit_now(signum)
+        _exiting = signum
+        _raise(signum)
+
+    global _exiting
+    _exiting = None
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, handler)
+
+
+def exit_now(signum: int, frame=None) -> None:
+    """A signal handler that prints the one line for ``signum`` and ends the process at once with
+    ``128 + signum`` (no clean-up; for a process that has nothing left to save)."""
+    exc = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    try:
+        sys.stderr.write(message(exc) + "\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(128 + int(signum))
+
+
+def ignore_signals() -> None:
+    """Ignore SIGINT and SIGTERM from now on (a command that is already stopping, its line printed)."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
 
 
 class Interrupted(Exception):
@@ -41,15 +104,41 @@ def clear() -> None:
 
 
 @contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Mark the training loop: within :func:`graceful` and this block, the first SIGINT/SIGTERM only
+    requests a stop (the loop saves a checkpoint after its current step)."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+
+
+def defers(fn):
+    """Decorator: run ``fn`` (a training loop) inside :func:`deferred`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with deferred():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
 def graceful() -> Iterator[None]:
-    """Within this block SIGINT and SIGTERM request a graceful stop instead of killing the process; a second
-    Ctrl-C stops at once (KeyboardInterrupt). Previous handlers are restored afterwards."""
+    """Within this block, SIGINT and SIGTERM received inside the training loop (:func:`deferred`) request a
+    graceful stop instead of killing the process; a second signal, or one received outside the loop (data
+    preparation, model set-up), stops at once: :class:`KeyboardInterrupt` for SIGINT, :class:`Terminated`
+    for SIGTERM. Previous handlers are restored afterwards."""
     clear()
 
     def handler(signum, frame):
-        if _requested is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        request(signum)
+        if _deferring and _requested is None:
+            request(signum)
+            return
+        _raise(signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

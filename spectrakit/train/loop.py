@@ -68,7 +68,12 @@ class TrainConfig:
             usable checkpoint, falling back to older ones) or one of its step directories; under FSDP2
             every rank passes it. The logs of the resumed run are truncated to the checkpoint's step.
         progress: show a tqdm bar when stderr is a TTY, else plain lines (every ~10% of the run or 30 s).
-        stop_on_nan: stop when the logged training loss is not finite (marks the run ``diverged``).
+        stop_on_nan: stop when the logged training loss is not finite or above ``diverge_loss`` (marks the run
+            ``diverged``; its logs up to that step are kept).
+        diverge_loss: a logged training loss above this (nats) also counts as divergence, > 0, or ``None``
+            (only non-finite losses count). Optimizers that skip non-finite steps keep the loss finite while the
+            weights blow up, so a bound is needed to see those runs diverge; :mod:`spectrakit.experiments.compare`
+            uses ``3 ln V`` (three times the loss of a uniform guess over the ``V`` tokens).
     """
 
     steps: int = 300
@@ -87,6 +92,7 @@ class TrainConfig:
     resume: str | None = None
     progress: bool = True
     stop_on_nan: bool = True
+    diverge_loss: float | None = None
 
     def __post_init__(self) -> None:
         check_int(self.steps, "steps", low=1)
@@ -100,6 +106,8 @@ class TrainConfig:
         check_choice(self.autocast, "autocast", ("auto", "bf16", "off"))
         check_int(self.ckpt_every, "ckpt_every", low=0)
         check_int(self.ckpt_keep, "ckpt_keep", low=1)
+        if self.diverge_loss is not None:
+            check_scalar(self.diverge_loss, "diverge_loss", low=0, low_inclusive=False, allow_tensor=False)
 
 
 @dataclasses.dataclass
@@ -197,6 +205,7 @@ def _checkpoint(ckpt_dir, sharded, main, model, optimizer, scheduler, step, data
     return None
 
 
+@interrupt.defers  # a signal inside the loop stops it after the current step, with a checkpoint
 def train(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -336,7 +345,8 @@ def train(
             window_loss.zero_()
             window_gnorm.zero_()
             window_steps = 0
-            if not math.isfinite(loss_v) and cfg.stop_on_nan:
+            too_high = cfg.diverge_loss is not None and loss_v > cfg.diverge_loss
+            if (not math.isfinite(loss_v) or too_high) and cfg.stop_on_nan:
                 diverged = True
                 break
             if step % cfg.eval_every == 0 and step < cfg.steps:

@@ -123,9 +123,10 @@ def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch,
     assert cli.main(argv) == 0
     data = json.load(open(os.path.join(out, "sweep.json")))
     assert len(data["rows"]) == 4 and len(data["ran"]) == 4 and data["skipped"] == []
+    runs = ["adamw-lr0.001-s0", "adamw-lr0.01-s0", "spectra-adamw-lr0.001-s0", "spectra-adamw-lr0.01-s0"]
     assert sorted(os.listdir(out)) == sorted(
-        ["adamw-lr0.001-s0", "adamw-lr0.01-s0", "spectra-adamw-lr0.001-s0", "spectra-adamw-lr0.01-s0",
-         "best", "lr_sensitivity.png", "sweep.json", "sweep.md"])
+        [*runs, "best", "lr_sensitivity.png", "sweep.json", "sweep.md", ".spectrakit-runs.json", ".spectrakit.lock"])
+    assert sorted(json.load(open(os.path.join(out, ".spectrakit-runs.json")))["runs"]) == runs
     assert {(r["optimizer"], r["lr"]) for r in data["rows"]} == {
         (o, lr) for o in ("adamw", "spectra-adamw") for lr in (1e-3, 1e-2)}
     assert {b["optimizer"] for b in data["best"]} == {"adamw", "spectra-adamw"}

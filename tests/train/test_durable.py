@@ -189,12 +189,25 @@ def test_sigkill_during_saves_leaves_a_loadable_checkpoint(tmp_path):
 
 
 def test_graceful_stop_flag():
-    with interrupt.graceful():
+    with interrupt.graceful(), interrupt.deferred():  # inside the training loop: the first signal is a request
         assert interrupt.requested() is None
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)
         assert interrupt.requested() == signal.SIGTERM
+        with pytest.raises(interrupt.Terminated):  # a second one stops at once
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
     assert interrupt.requested() is None
+
+
+@pytest.mark.parametrize("signum, exc, code", [(signal.SIGTERM, interrupt.Terminated, 143),
+                                              (signal.SIGINT, KeyboardInterrupt, 130)])
+def test_signal_outside_the_training_loop_stops_at_once(signum, exc, code):
+    with pytest.raises(exc) as info, interrupt.graceful():  # data preparation, model set-up: nothing to save
+        os.kill(os.getpid(), signum)
+        time.sleep(0.05)
+        raise AssertionError("the signal did not stop the block")
+    assert interrupt.exit_code(info.value) == code and interrupt.requested() is None
 
 
 FSDP_SAVER = textwrap.dedent("""

@@ -171,6 +171,22 @@ def test_divergence_is_detected(make_model, tokens):
     assert res.diverged and res.steps_done == 4 and math.isnan(res.final_val_loss)
 
 
+def test_divergence_by_a_finite_loss_above_the_bound(make_model, tokens):
+    """An optimizer that skips non-finite steps keeps the loss finite while the weights blow up: a loss above
+    ``diverge_loss`` stops the run too, at the first logged step past the bound, with the logs up to it."""
+    model = make_model(0)
+    res = train(model, torch.optim.SGD(model.parameters(), lr=50.0), None, TokenBatches(tokens[0], 2, 12),
+                tokens[1], TrainConfig(steps=40, log_every=2, grad_clip=None, progress=False, eval_tokens=24,
+                                       diverge_loss=20.0))
+    assert res.diverged and res.steps_done < 40 and math.isnan(res.final_val_loss)
+    losses = [r["loss"] for r in res.logs]
+    assert all(v is not None and v <= 20.0 for v in losses[:-1])  # it ran until the first loss past 20 nats
+    assert losses[-1] is not None and losses[-1] > 20.0  # finite: only the bound stops it
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="diverge_loss"):
+            TrainConfig(diverge_loss=bad)
+
+
 def test_checkpoint_restores_rng_and_errors(tmp_path, make_model):
     model = make_model(0)
     opt = torch.optim.AdamW(model.parameters())

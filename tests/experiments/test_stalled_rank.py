@@ -1,0 +1,49 @@
+"""A rank that stalls under a 2-process job: the other one stops after --dist-timeout with one line naming the
+timeout and the flag (not a gloo traceback), exit status 1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+TINY = ["compare", "--optimizers", "adamw", "--tokenizer", "bytes", "--steps", "400", "--batch-size", "2",
+        "--seq-len", "16", "--eval-every", "200", "--eval-tokens", "64", "--diag-every", "100", "--quiet",
+        "--threads", "1", "--device", "cpu"]
+
+
+@pytest.mark.distributed
+def test_stalled_rank_ends_the_job_in_one_line(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "out"
+    base = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "OMP_NUM_THREADS": "1",
+            "SPECTRAKIT_CACHE": str(tmp_path / "cache"), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "WORLD_SIZE": "2"}
+    procs = [subprocess.Popen([sys.executable, "-m", "spectrakit", *TINY, "--dist-timeout", "20", "--out", str(out)],
+                              env={**base, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    try:
+        logged = out / "adamw-s0" / "metrics.jsonl"
+        deadline = time.time() + 180
+        while not logged.exists() and time.time() < deadline and procs[0].poll() is None:
+            time.sleep(0.05)
+        assert logged.exists(), procs[0].communicate()
+        os.kill(procs[1].pid, signal.SIGSTOP)  # rank 1 stalls in the middle of training
+        t0 = time.time()
+        _, err = procs[0].communicate(timeout=120)
+        waited = time.time() - t0
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    lines = err.strip().splitlines()
+    assert procs[0].returncode == 1 and len(lines) == 1, err
+    assert "--dist-timeout 20" in lines[0] and "Traceback" not in err
+    assert waited < 90

@@ -1,0 +1,97 @@
+"""SIGINT and SIGTERM at any moment of a command (start-up, data preparation, model set-up, a second Ctrl-C,
+a sweep) give one line on stderr and exit status 130 / 143, never a traceback or death by the signal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc (Linux)")
+
+TINY = ["--tokenizer", "bytes", "--steps", "400", "--batch-size", "2", "--seq-len", "16", "--eval-every", "100",
+        "--eval-tokens", "64", "--diag-every", "50", "--quiet", "--threads", "1"]
+CODE = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def _start(tmp_path, *argv):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+           "SPECTRAKIT_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "spectrakit", *argv], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _handlers_installed(proc, timeout=60.0) -> None:
+    """Wait until the process catches SIGTERM (``SigCgt`` of ``/proc/PID/status``): the command line's
+    handlers are in place, its heavy imports (torch) are about to start. Before that moment the interpreter
+    itself is starting, with Python's default handlers."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        with open(f"/proc/{proc.pid}/status") as f:
+            caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
+        if caught >> (signal.SIGTERM - 1) & 1:
+            return
+        time.sleep(0.005)
+    raise AssertionError("the command never installed its SIGTERM handler")
+
+
+def _wait_for(path, proc, timeout=120.0):
+    deadline = time.time() + timeout
+    while not os.path.exists(path) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.communicate()
+
+
+def _finish(proc, expected):
+    out, err = proc.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert proc.returncode == expected, (proc.returncode, err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("signum, argv", [(signal.SIGINT, ["compare", *TINY]), (signal.SIGTERM, ["compare", *TINY]),
+                                          (signal.SIGTERM, ["ops", "--reps", "1"])])
+def test_signal_during_start_up(tmp_path, signum, argv):
+    proc = _start(tmp_path, *argv, *(["--out", str(tmp_path / "out")] if argv[0] == "compare" else []))
+    _handlers_installed(proc)  # then torch is imported: a signal now used to give a traceback or kill it
+    time.sleep(0.05)
+    proc.send_signal(signum)
+    _finish(proc, CODE[signum])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_data_preparation_or_model_set_up(tmp_path, signum):
+    out = tmp_path / "out"
+    proc = _start(tmp_path, "compare", *TINY, "--out", str(out))
+    _wait_for(out, proc)  # --out is created just before the corpus is tokenised into a fresh cache
+    time.sleep(0.3)
+    proc.send_signal(signum)
+    line = _finish(proc, CODE[signum])
+    assert ("SIGTERM" if signum == signal.SIGTERM else "SIGINT") in line or "interrupted at step" in line
+
+
+def test_second_ctrl_c_while_stopping(tmp_path):
+    out = tmp_path / "out"
+    proc = _start(tmp_path, "compare", *TINY, "--out", str(out))
+    _wait_for(out / "adamw-s0" / "metrics.jsonl", proc)  # training
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _finish(proc, 130)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sweep_signal(tmp_path, signum):
+    out = tmp_path / "sweep"
+    proc = _start(tmp_path, "sweep", "--optimizers", "adamw", "--lrs", "1e-3,3e-3", *TINY, "--out", str(out))
+    _wait_for(out / "adamw-lr0.001-s0" / "adamw-s0" / "metrics.jsonl", proc)
+    proc.send_signal(signum)
+    line = _finish(proc, CODE[signum])
+    assert "interrupted at step" in line and "spectrakit sweep" in line
