@@ -99,7 +99,7 @@ def check_passes(passes) -> int:
 
 
 def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passes: int = CLIP_PASSES,
-             ) -> torch.Tensor:
+             psd: bool = False) -> torch.Tensor:
     """``Q clip_[lo, hi](Lambda) Q^T`` of symmetric ``w`` (work dtype), scale-invariant and sync-free.
 
     ``lo``/``hi``: None (no clip on that side) or tensors ``(..., 1, 1)`` in w's dtype (``-inf``/``+inf`` allowed).
@@ -111,11 +111,20 @@ def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passe
     order in the sandwich, but first order near the thresholds; ~4e-8 relative per unit of ratio in fp32); the
     next pass, rescaled to the new, capped spectrum, removes most of it: with ``passes=3`` (default) the cap
     is exceeded by <= 1e-3 relative for ratios ``lambda_max / |t|`` up to ~1e20 (``CLIP_PASSES``).
+
+    ``psd=True`` (``w`` positive semidefinite up to rounding, ``lo`` None: the hard clips' ``A = sym(X O^T)``)
+    also clips at 0 from the second pass on (in the only pass when ``passes == 1``): ``min(w, hi)`` keeps the
+    rounding-level negative eigenvalues of ``w`` (``~ -eps ||w||``, e.g. in the null space of a rank-deficient
+    ``X``), which exceed a cap ``hi << eps ||w||`` in magnitude; the first pass shrinks the scale to ``~hi``, so
+    the later ones resolve their signs.
     """
     eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device)
     floor = torch.finfo(w.dtype).tiny
     out = w
-    for _ in range(passes):
+    hi_only = lo
+    for k in range(passes):
+        if psd and hi_only is None and (k > 0 or passes == 1):
+            lo = torch.zeros((1, 1), dtype=w.dtype, device=w.device)
         f = frob(out).clamp_min(floor)
         hi_e = None if hi is None else torch.minimum(hi, f)
         lo_e = None if lo is None else torch.maximum(lo, -f)
@@ -135,7 +144,7 @@ def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passe
         keep = None
         if hi is not None:
             keep = hi >= f
-        if lo is not None:
+        if lo is not None and not (psd and hi_only is None):
             keep = (lo <= -f) if keep is None else keep & (lo <= -f)
         out = torch.where(keep, out, c)
     return out

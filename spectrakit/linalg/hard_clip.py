@@ -116,7 +116,8 @@ def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None
     o = clip_sign(xs, cdt, steps)
     a = xs @ mT(o)
     a = (a + mT(a)) / 2
-    c = clip_sym(a, None if lo is None else lo / f, None if hi is None else hi / f, cdt, steps, passes)
+    c = clip_sym(a, None if lo is None else lo / f, None if hi is None else hi / f, cdt, steps, passes,
+                 psd=True)
     out = (c @ o) * f
     if hi is not None:                   # hi above an upper bound of s_max: exactly the identity
         keep = hi >= f

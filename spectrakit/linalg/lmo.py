@@ -69,7 +69,7 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_scalar, check_tensor
 
 from ._util import compute_dtype, frob, mT, tiny_for
-from .eig import eigen_signs, shifted_sandwich
+from .eig import CLIP_PASSES, clip_sym, eigen_signs
 from .polar import clip_sign, to_wide
 from .schedules import polar_express_coeffs, steps_for
 
@@ -215,13 +215,14 @@ def _polar(xw: torch.Tensor, regularizer, b, radius, p, cdt, steps) -> torch.Ten
     sc = fr.clamp_min(t)
     a = (a + mT(a)) / (2 * sc)
     eye = torch.eye(m, dtype=xw.dtype, device=xw.device)
-    t_eye = (t / sc) * eye
-    sgn = eigen_signs([t_eye - a], cdt, steps)[0]  # sign(t I - A): +1 on {s < t}, -1 on {s > t}
     if regularizer == "nuclear":
+        sgn = eigen_signs([(t / sc) * eye - a], cdt, steps)[0]  # sign(t I - A): +1 on {s < t}, -1 on {s > t}
         return (d * (eye - sgn) / 2) @ o
-    capped = shifted_sandwich(a, t_eye, (eye + sgn) / 2)  # min(A, t) / sc
-    # t above an upper bound of s_max: exactly A (the sandwich would cost eps t on every eigenvalue)
-    capped = torch.where(fr <= t, a, capped)
+    # min(A, t) / sc, clipped at 0 too (A's rounding-level negative eigenvalues, ~ -eps, would otherwise pass
+    # through and, divided by a tiny tau below, leave [0, 1]: the square roots diverged to nan), with the
+    # refinement passes of the hard clips (a cap far below s_max); t >= ||G||_F: exactly A
+    capped = clip_sym(a, None, torch.full((1, 1), t, dtype=a.dtype, device=a.device) / sc, cdt, steps,
+                      CLIP_PASSES, psd=True)
     if regularizer == "frobenius":
         return ((sc / b) * capped) @ o
     if regularizer == "schatten":

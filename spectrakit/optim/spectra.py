@@ -66,7 +66,7 @@ from itertools import chain
 
 import torch
 
-from spectrakit._checks import check_choice, check_int, check_scalar
+from spectrakit._checks import check_choice, check_int, check_scalar, value_checks_enabled
 from spectrakit.optim.bases import BASES, Work, state_dtype
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
@@ -97,6 +97,11 @@ GROUP_EXTRA_KEYS = frozenset({"params", "initial_lr", "max_lr", "min_lr", "base_
 # A step whose gradients have an entry above this magnitude is skipped like a non-finite one: its square
 # (the second moments of AdamW-like bases) would overflow float32, and the moments would stay inf.
 GRAD_BOUND = 1e18
+
+def _nonzero(x) -> bool:
+    """``x != 0`` for a Python number; True for a tensor (its value is not read: no host sync)."""
+    return True if isinstance(x, torch.Tensor) else x != 0
+
 
 def check_group_keys(group: dict, accepted: set) -> None:
     """Reject keys of a param-group dict that are neither in ``accepted`` nor among
@@ -264,7 +269,8 @@ class Spectra(torch.optim.Optimizer):
         group["c_schedule"] = make_schedule(group["c_schedule"], "c_schedule")
         group["pre_c_schedule"] = make_schedule(group["pre_c_schedule"], "pre_c_schedule")
         if group["peak_lr"] is None:
-            group["peak_lr"] = group["lr"]
+            lr = group["lr"]  # a tensor lr is read once here (construction, not a step)
+            group["peak_lr"] = float(lr) if isinstance(lr, torch.Tensor) and lr.numel() == 1 else lr
         group.setdefault("steps_taken", 0)
         group.setdefault("skipped_steps", torch.zeros((), dtype=torch.int64))
         self._validate(group)
@@ -291,14 +297,25 @@ class Spectra(torch.optim.Optimizer):
         self._patch_step_function()  # torch's step hooks on the new class
 
     @staticmethod
-    def _validate(group: dict) -> None:
-        """Check every hyperparameter of ``group`` (the constructor, ``add_param_group`` and
-        ``load_state_dict`` use it); numbers must be finite except ``c`` and ``pre_c``, whose ``inf``
-        turns that clip off."""
+    def _validate(group: dict, at_step: bool = False) -> None:
+        """Check every hyperparameter of ``group`` (the constructor, ``add_param_group``,
+        ``load_state_dict`` and every ``step`` use it); numbers must be finite except ``c`` and ``pre_c``,
+        whose ``inf`` turns that clip off. ``lr`` may be a 0-d real tensor (as in ``torch.optim.Muon``): its
+        value is checked here except ``at_step`` (where reading it would be a host sync)."""
         check_finite_hyperparameters(group)
         check_choice(group["post"], "post", POST_TRANSFORMS)
         check_choice(group["pre"], "pre", PRE_TRANSFORMS)
-        check_scalar(group["lr"], "lr", low=0.0, allow_tensor=False)
+        lr = group["lr"]
+        if isinstance(lr, torch.Tensor):
+            if lr.ndim != 0 or not lr.is_floating_point():
+                raise TypeError(f"lr must be a number or a 0-d floating tensor, got a {lr.dtype} tensor "
+                                f"of shape {tuple(lr.shape)}")
+            if not at_step and value_checks_enabled() and not bool(torch.isfinite(lr)):
+                raise ValueError(f"lr must be a finite number >= 0, got {lr}")
+            if not at_step:
+                check_scalar(lr, "lr", low=0.0)
+        else:
+            check_scalar(lr, "lr", low=0.0, allow_tensor=False)
         check_scalar(group["peak_lr"], "peak_lr", low=0.0, allow_tensor=False)
         check_scalar(group["weight_decay"], "weight_decay", low=0.0, allow_tensor=False)
         check_scalar(group["c"], "c", low=0.0, low_inclusive=False, allow_tensor=False)
@@ -531,27 +548,63 @@ class Spectra(torch.optim.Optimizer):
         if sparse:
             raise ValueError(f"sparse gradients are not supported (shapes {sparse}); use a dense embedding "
                              "(nn.Embedding(sparse=False)) or a sparse optimizer such as torch.optim.SparseAdam")
+        for i, group in enumerate(self.param_groups):
+            self._check_step_hyperparameters(i, group)
         ok = self._finite_flag(grads)
-        skipped = (1 - ok).to(torch.int64)
+        for group in self.param_groups:  # tensor hyperparameters (a tensor lr): folded in, never read
+            ok = ok * self._tensor_hyper_flag(group, ok.device)
+        self._post_flags = []
         for group in self.param_groups:
             self._step_group(group, ok)
+        taken = ok
+        for f in self._post_flags:  # a batch whose post-transform gave a non-finite update was not applied
+            taken = taken * f.to(ok.device, non_blocking=True)
+        self._post_flags = []
+        skipped = (1 - taken).to(torch.int64)
+        for group in self.param_groups:
             if group["skipped_steps"].device != ok.device:
                 group["skipped_steps"] = group["skipped_steps"].to(ok.device)
             group["skipped_steps"].add_(skipped)
             group["steps_taken"] += 1
         return loss
 
+    def _check_step_hyperparameters(self, index: int, group: dict) -> None:
+        """Re-validate a group's hyperparameters at step time: a scheduler or user code may have set them
+        after construction (``group["lr"] = float("nan")``, ``betas = (1.0, 0.999)``, ``post = "bogus"``).
+        Python numbers cost no host sync to check, so a bad one raises ``ValueError`` naming the group and the
+        argument before anything is modified; tensor values (a tensor ``lr``) are not read here but folded
+        into the step's skip flag (:meth:`_tensor_hyper_flag`)."""
+        try:
+            self._validate(group, at_step=True)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"param group {index}: {e} (checked at step time; it was changed after "
+                          "construction)") from None
+
+    @staticmethod
+    def _tensor_hyper_flag(group: dict, device: torch.device) -> torch.Tensor:
+        """0-d fp32 on ``device``: 1 unless a tensor hyperparameter (``lr``) is non-finite or negative; a step
+        with such a value is skipped and counted in ``skipped_steps`` (no host read)."""
+        lr = group["lr"]
+        if not isinstance(lr, torch.Tensor):
+            return torch.ones((), device=device)
+        lr = lr.detach().to(device=device, dtype=torch.float32, non_blocking=True)
+        return (torch.isfinite(lr) & (lr >= 0)).float()
+
     def _step_group(self, group: dict, ok: torch.Tensor) -> None:
         base = BASES[group["base"]]
         k, lr = group["steps_taken"], group["lr"]
-        c_k = clip_threshold(group["c"], k, lr, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
+        # the warm-up rule c_k = c peak_lr / lr_k needs lr_k's value: a tensor lr is read during warm-up only
+        lr_c = float(lr) if isinstance(lr, torch.Tensor) and k < group["warmup_steps"] else lr
+        if isinstance(lr, torch.Tensor):  # a bad value skips the step (_tensor_hyper_flag); keep 0 * lr finite
+            lr = torch.nan_to_num(lr.detach(), nan=0.0, posinf=0.0, neginf=0.0).clamp_min(0.0)
+        c_k = clip_threshold(group["c"], k, lr_c, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
         pre_c = group["pre_c"]
         post_dtype = None if group["post_dtype"] is None else _DTYPES[group["post_dtype"]]
         pre_c_k = (
             None
             if pre_c is None
             else clip_threshold(
-                pre_c, k, lr, group["peak_lr"], group["warmup_steps"], group["pre_c_schedule"]
+                pre_c, k, lr_c, group["peak_lr"], group["warmup_steps"], group["pre_c_schedule"]
             )
         )
         if pre_c_k == math.inf:  # pre_c = inf: no pre-clip
@@ -592,7 +645,7 @@ class Spectra(torch.optim.Optimizer):
                 torch._foreach_copy_(views, grads)
                 buf.masked_fill_(~ok_b, 0.0)
             if chain and identity:
-                decay = 1 - lr_wd * ok_d if lr_wd != 0 else None
+                decay = 1 - lr_wd * ok_d if _nonzero(lr_wd) else None
 
                 def store(i, params=params, views=views, decay=decay):
                     if decay is not None:
@@ -609,6 +662,10 @@ class Spectra(torch.optim.Optimizer):
                     res = self._pre_transform_groups([pre])[0]
                     if res is not buf:
                         buf.copy_(res)
+                    # a non-finite pre-clip output: neither the state nor the parameters of this batch move
+                    fin = self._finite_(buf)
+                    self.__dict__.setdefault("_post_flags", []).append(fin)
+                    ok_d = ok_d * fin
                 elif group["vector_clip"]:
                     w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), pre_c_k))
             scale = (-lr * alpha) * ok_d  # the update is p <- (1 - lr wd ok) p + scale * post(U)
@@ -629,6 +686,12 @@ class Spectra(torch.optim.Optimizer):
             else:
                 w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), c_k))
                 upd = buf
+            if not identity and kind == "matrix":
+                # a non-finite update (a post-transform that broke down) is not applied: this batch's
+                # parameters keep their values and the step counts as skipped (no host read)
+                fin = self._finite_(upd)
+                self.__dict__.setdefault("_post_flags", []).append(fin)
+                ok_d, scale = ok_d * fin, scale * fin
             # (4) p <- (1 - lr wd ok) p + scale * upd, cancelled when ok = 0
             if kind == "matrix":
                 deltas = [d.view(p.shape) for d, p in zip(upd.unbind(0), params)]
@@ -638,12 +701,23 @@ class Spectra(torch.optim.Optimizer):
             self._apply_update(params, deltas, lr_wd, ok_d, None if identity else scale, per_tensor, upd)
 
     @staticmethod
+    def _finite_(x: torch.Tensor) -> torch.Tensor:
+        """0-d tensor (x's dtype): 1 if every entry of ``x`` is finite, else 0; then zeroes ``x``'s non-finite
+        entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x``, no host read."""
+        if not x.numel():
+            return x.new_ones(())
+        lo, hi = torch.aminmax(x)
+        fin = (torch.isfinite(lo) & torch.isfinite(hi)).to(x.dtype)
+        torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
+        return fin
+
+    @staticmethod
     def _apply_update(params, deltas, lr_wd: float, ok: torch.Tensor, scale, per_tensor: bool, upd) -> None:
         """``p <- (1 - lr wd ok) p + scale * delta`` for every parameter (``scale``: None or a 0-d tensor;
         ``upd``: the tensor that ``deltas`` view, ours to modify): scale, decay, then add (three roundings,
         in this order on every path; a fused ``addcmul`` would round differently on some CPUs). On CPU
         tensor by tensor, so that each delta and parameter stays in cache for the three operations."""
-        decay = 1 - lr_wd * ok if lr_wd != 0 else None
+        decay = 1 - lr_wd * ok if _nonzero(lr_wd) else None
         if per_tensor:
             for p, d in zip(params, deltas):
                 if scale is not None:
