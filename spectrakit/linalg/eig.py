@@ -32,7 +32,7 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
 
-from ._util import compute_dtype, frob, mT, threshold
+from ._util import compute_dtype, frob, from_unit, mT, pow2_scale, sym_part, threshold, to_unit
 from .polar import clip_sign
 
 METHODS = ("polar", "exact")
@@ -45,7 +45,7 @@ def sym(W: torch.Tensor) -> torch.Tensor:
         TypeError: W not a floating tensor. ValueError: W not square / fewer than 2 dims.
     """
     check_tensor(W, "W", min_ndim=2, square=True, finite=False)
-    return (W + mT(W)) / 2
+    return sym_part(W)
 
 
 def _prep(W, name_method, method, steps):
@@ -150,6 +150,27 @@ def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passe
     return out
 
 
+def clip_scaled(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passes: int) -> torch.Tensor:
+    """:func:`clip_sym` of ``sym(w) / s`` with thresholds ``/ s`` (``s``: a power of two near ``max|w|``, exact), times
+    ``s``: no norm of ``w`` overflows (entries up to the dtype's largest value) and subnormal entries are
+    normal numbers. A threshold beyond the far end of the spectrum (``lo >= ||w||_F``, or ``hi <= -||w||_F``,
+    including those whose ratio to ``s`` overflows) gives ``t I`` exactly; inside the clip it is moved onto
+    the spectrum bound (the same result, kept finite)."""
+    s = pow2_scale(w)
+    w1 = sym_part(to_unit(w, s))  # (gradients: to_unit/from_unit skip the factors 1/s and s, product 1)
+    f1 = frob(w1)
+    eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device)
+    lo1 = None if lo is None else to_unit(lo, s)
+    hi1 = None if hi is None else to_unit(hi, s)
+    c = from_unit(clip_sym(w1, None if lo is None else torch.minimum(lo1, f1),
+                           None if hi is None else torch.maximum(hi1, -f1), cdt, steps, passes), s)
+    if lo is not None:
+        c = torch.where(lo1 >= f1, lo * eye, c)
+    if hi is not None:
+        c = torch.where(hi1 <= -f1, hi * eye, c)
+    return c
+
+
 def _thr_work(v, w: torch.Tensor) -> torch.Tensor:
     """A validated threshold (float or ``(..., 1, 1)`` tensor) as a tensor in w's dtype."""
     if isinstance(v, torch.Tensor):
@@ -159,12 +180,9 @@ def _thr_work(v, w: torch.Tensor) -> torch.Tensor:
 
 def _work(W: torch.Tensor, cdt: torch.dtype):
     work = torch.float32 if cdt == torch.bfloat16 else cdt
-    w = W.to(work)
-    return (w + mT(w)) / 2, torch.eye(W.shape[-1], dtype=work, device=W.device)
-
-
-def _thr(v, work_like):
-    return v.to(work_like.dtype) if isinstance(v, torch.Tensor) else v
+    # not yet symmetrised: the callers symmetrise after their power-of-two scaling (exact then; halving a
+    # subnormal sum is not)
+    return W.to(work), torch.eye(W.shape[-1], dtype=work, device=W.device)
 
 
 def _check_order(lo, hi):
@@ -219,7 +237,7 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
     if W.numel() == 0:  # an empty matrix maps to itself
         return W.clone()
     w, _ = _work(W, cdt)
-    return clip_sym(w, _thr_work(lo_t, w), _thr_work(hi_t, w), cdt, steps, passes).to(W.dtype)
+    return clip_scaled(w, _thr_work(lo_t, w), _thr_work(hi_t, w), cdt, steps, passes).to(W.dtype)
 
 
 def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dtype, passes=None) -> torch.Tensor:
@@ -238,7 +256,7 @@ def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dty
     w, _ = _work(W, cdt)
     t_w = _thr_work(t_t, w)
     lo, hi = (t_w, None) if side > 0 else (None, t_w)
-    return clip_sym(w, lo, hi, cdt, steps, passes).to(W.dtype)
+    return clip_scaled(w, lo, hi, cdt, steps, passes).to(W.dtype)
 
 
 def eig_relu(W: torch.Tensor, lo, *, method: str = "polar", steps: int | None = None,
@@ -290,6 +308,13 @@ def eig_stepfun(W: torch.Tensor, t=0.0, *, method: str = "polar", steps: int | N
     if W.numel() == 0:  # an empty matrix maps to itself
         return W.clone()
     w, eye = _work(W, cdt)
-    (s,) = eigen_signs([w - _thr(t_t, w) * eye], cdt, steps)
+    # sign(W - t I) = sign(W / s - (t / s) I) for a power of two s near max|W| (exact): no overflow of W - t I
+    # or of its norms; t / s is moved to within twice the spectrum bound (+1 for the zero matrix), where the
+    # sign is already +-I
+    sc = pow2_scale(w)
+    w1 = sym_part(w / sc)
+    bound = 2 * frob(w1) + 1
+    t1 = torch.maximum(torch.minimum(_thr_work(t_t, w) / sc, bound), -bound)
+    (s,) = eigen_signs([w1 - t1 * eye], cdt, steps)
     out = (eye + s) / 2
     return ((out + mT(out)) / 2).to(W.dtype)
