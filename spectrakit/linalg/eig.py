@@ -28,6 +28,8 @@ so eigenvalues within ``~1e-6 ||W - t I||`` of ``t`` get a value between 0 and 1
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
@@ -90,12 +92,42 @@ CLIP_PASSES = 3
 MAX_PASSES = 16
 
 
-def check_passes(passes) -> int:
-    """``passes`` of the clips: None -> :data:`CLIP_PASSES`; else an int in [1, MAX_PASSES] (``ValueError``)."""
+def check_passes(passes) -> int | None:
+    """``passes`` of the clips: None (chosen by :func:`auto_passes`) or an int in [1, MAX_PASSES]
+    (``ValueError``)."""
     if passes is None:
-        return CLIP_PASSES
+        return None
     check_int(passes, "passes", low=1, high=MAX_PASSES)
     return int(passes)
+
+
+def passes_for(ratio: float, dtype: torch.dtype) -> int:
+    """Refinement passes that hold a cap to 1e-3 for a spread ``ratio = ||W||_F / |t|`` (fp32 measurements in
+    :data:`CLIP_PASSES`' comment: 3 up to 1e20, 4 up to 1e25, 5 up to 1e35, 6 to fp32's end; float64 gains
+    ~1e16 per pass instead of ~2.5e7)."""
+    if not ratio > 1e20:  # (nan: no finite nonzero threshold)
+        return CLIP_PASSES
+    if dtype == torch.float64:
+        return min(MAX_PASSES, CLIP_PASSES + max(0, math.ceil((math.log10(ratio) - 40) / 15)))
+    return 4 if ratio <= 1e25 else 5 if ratio <= 1e35 else 6
+
+
+def auto_passes(passes: int | None, f: torch.Tensor, thresholds, dtype: torch.dtype) -> int:
+    """``passes`` if given; else, when value checks are on (the call already synchronises for them), the count
+    of :func:`passes_for` for the largest spread ``f / |t|`` over the batch and the finite nonzero
+    thresholds (one scalar read); with value checks off (hot paths: no host sync) :data:`CLIP_PASSES`."""
+    if passes is not None:
+        return passes
+    if not value_checks_enabled():
+        return CLIP_PASSES
+    worst = None
+    for t in thresholds:
+        if t is None:
+            continue
+        a = t.abs()
+        r = torch.where((a > 0) & torch.isfinite(a), f / a, torch.zeros_like(f + a))
+        worst = r.amax() if worst is None else torch.maximum(worst, r.amax())
+    return CLIP_PASSES if worst is None else passes_for(float(worst), dtype)
 
 
 def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passes: int = CLIP_PASSES,
@@ -150,7 +182,8 @@ def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passe
     return out
 
 
-def clip_scaled(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passes: int) -> torch.Tensor:
+def clip_scaled(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passes: int | None,
+                ) -> torch.Tensor:
     """:func:`clip_sym` of ``sym(w) / s`` with thresholds ``/ s`` (``s``: a power of two near ``max|w|``, exact), times
     ``s``: no norm of ``w`` overflows (entries up to the dtype's largest value) and subnormal entries are
     normal numbers. A threshold beyond the far end of the spectrum (``lo >= ||w||_F``, or ``hi <= -||w||_F``,
@@ -162,6 +195,7 @@ def clip_scaled(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, pa
     eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device)
     lo1 = None if lo is None else to_unit(lo, s)
     hi1 = None if hi is None else to_unit(hi, s)
+    passes = auto_passes(passes, f1, (lo1, hi1), w.dtype)
     c = from_unit(clip_sym(w1, None if lo is None else torch.minimum(lo1, f1),
                            None if hi is None else torch.maximum(hi1, -f1), cdt, steps, passes), s)
     if lo is not None:

@@ -59,7 +59,7 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
 
 from ._util import compute_dtype, frob, from_unit, grad_div, mT, pow2_scale, threshold, tiny_for, to_unit
-from .eig import CLIP_PASSES, check_passes, clip_sym
+from .eig import auto_passes, check_passes, clip_sym
 from .polar import clip_sign, to_wide
 
 METHODS = ("polar", "dilation", "nested", "exact")
@@ -104,7 +104,7 @@ def _hardcap_dilation(w: torch.Tensor, ts: torch.Tensor, cdt: torch.dtype, steps
 
 
 def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None, cdt: torch.dtype,
-              steps: int | None, passes: int = CLIP_PASSES) -> torch.Tensor:
+              steps: int | None, passes: int | None = None) -> torch.Tensor:
     """``clip_[lo, hi](A) O`` with ``O = msign(xw)``, ``A = sym(xw O^T)`` (module docstring, default route).
 
     ``xw``: wide ``(..., m, n)`` in the work dtype; ``lo``/``hi``: thresholds ``(..., 1, 1)`` in the work
@@ -124,6 +124,7 @@ def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None
     # a lo at or above the spectrum bound f maps every singular value to lo: lo O (below); the clip itself
     # then gets lo = f (finite, the same result up to the where)
     lo_c = None if lo is None else torch.minimum(lo1, f) / f
+    passes = auto_passes(passes, f, (lo1, hi1), xw.dtype)
     c = clip_sym(a, lo_c, None if hi is None else hi1 / f, cdt, steps, passes, psd=True)
     out = from_unit((c @ o) * f, s)  # in this order: f s = ||xw||_F may overflow
     if lo is not None:

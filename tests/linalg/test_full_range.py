@@ -281,3 +281,15 @@ def test_gradients_do_not_depend_on_the_scale(name):
         if k < -126:  # subnormal: compare with the gradient at the rounded input, scaled back exactly
             want = grad(1.0, (x0 * 2.0**k) * 2.0 ** (-k // 2) * 2.0 ** (-k - (-k // 2)))
         assert (g - want).norm() <= 1e-5 * want.norm(), (name, k, float((g - want).norm() / want.norm()))
+
+
+def test_eig_clip_default_passes_follow_the_spread():
+    """``eig_clip`` with the default passes held its caps only to a spread of ~1e20 (48x the cap at 1e25,
+    2.7e6 at 1e30): with value checks on, the passes now follow ``||W||_F / |t|`` (3 up to 1e20, then 4..6)."""
+    from spectrakit.linalg._testing import symmetric_with_eigs
+
+    g = torch.Generator().manual_seed(17)
+    for k in (1e8, 1e20, 1e25, 1e30, 1e35, 3e37):
+        w = symmetric_with_eigs(16, torch.linspace(-1, 1, 16, dtype=torch.float64) * k, gen=g).float()
+        for out in (L.eig_clip(w, -1.0, 1.0), L.spectral_hardcap(w, 1.0), L.spectral_clip(w, 0.5, 1.0)):
+            assert float(torch.linalg.matrix_norm(out.double(), 2)) <= 1 + 1e-3, k
