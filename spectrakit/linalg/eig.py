@@ -243,10 +243,12 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
         W: ``(..., n, n)`` floating tensor (symmetrised first), finite.
         lo, hi: finite thresholds with lo <= hi; floats or tensors broadcastable to ``W.shape[:-2]``.
         method: "polar" or "exact" (float64 eigh). steps: sign iterations (1..100), default by dtype.
-        passes: refinement passes of the polar route (1..16, default :data:`CLIP_PASSES` = 3). Each pass
-            divides the excess over a cap by ~2.5e7 in fp32: 3 passes hold the caps to 1e-3 for ratios
-            ``lambda_max / |t|`` up to ~1e20, 5 up to ~1e35, 6 over fp32's whole exponent range (1e38);
-            each pass costs one more ``n x n`` eigen-sign.
+        passes: refinement passes of the polar route (1..16). Each pass divides the excess over a cap by
+            ~2.5e7 in fp32: 3 passes hold the caps to 1e-3 for ratios ``lambda_max / |t|`` up to ~1e20, 5 up
+            to ~1e35, 6 over fp32's whole exponent range (1e38); each pass costs one more ``n x n``
+            eigen-sign. Default (None): chosen from the spread ``||W||_F / |t|`` (:func:`passes_for`) when
+            value checks are on (one scalar read beside the finiteness check), :data:`CLIP_PASSES` = 3 with
+            value checks off (no host sync).
         dtype: compute dtype (bf16: the sign steps run in fp32 until the tracked lower bound reaches
             ``polar.CLIP_BF16_SWITCH``); output has W's dtype.
 

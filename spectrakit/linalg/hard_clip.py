@@ -179,8 +179,10 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
         steps: sign iterations (1..100); default: enough for the dtype's accuracy at lower bound 1e-6.
         dtype: compute dtype (bf16 runs the first sign steps in fp32, see the module docstring); output has
             X's dtype.
-        passes: refinement passes of the polar route (1..16, default 3; see :func:`~spectrakit.linalg.eig_clip`):
+        passes: refinement passes of the polar route (1..16; see :func:`~spectrakit.linalg.eig_clip`):
             3 hold the cap to 1e-3 for ``sigma_max / hi`` up to ~1e20 in fp32, 5 up to ~1e35, 6 up to 1e38.
+            Default (None): from the spread ``||X||_F / hi`` when value checks are on (one scalar read beside
+            the finiteness check), 3 with value checks off (no host sync).
 
     Raises:
         TypeError: X not a floating tensor, thresholds not numbers/tensors.

@@ -50,6 +50,22 @@ the moments and the update of a step that is taken are finite (tested at the bou
 Deciding on the gradients before the step keeps the policy a single fused check instead of a second pass
 over all moments and updates; a legitimate gradient above 1e18 (no training run produces one) is skipped.
 
+Non-finite updates: a post-transform (or pre-clip) whose output has an inf/nan entry (an iterative transform
+that broke down) must not reach the weights. After each matrix batch's transform, one ``aminmax`` gives a
+0-d flag that multiplies that batch's scale and decay (its non-finite entries are zeroed, so ``0 * update``
+stays 0): the batch's parameters keep their values, and the step counts once in every group's
+``skipped_steps``. The flag is tensor arithmetic (no host read). The base's state of that batch has already
+advanced with the (finite) gradients, and the other batches of the step are applied: deferring every update
+until all transforms are known would hold a second copy of all updates. A non-finite pre-clip output
+cancels its batch's state update too (the flag enters the base's ``ok``).
+
+Hyperparameters set after construction (a scheduler writing ``group["lr"] = nan``, ``betas = (1.0, 0.999)``,
+an unknown ``post`` name) are checked again at every step: Python numbers cost no host sync to check, so a
+bad one raises ``ValueError`` naming the param group and the argument before anything is modified. A tensor
+``lr`` (accepted as by ``torch.optim.Muon``) is not read at step time: a non-finite or negative value skips
+the step and counts it, like a non-finite gradient (during an ``inverse_lr`` warm-up of the clip threshold
+its value is read once per step, since ``c_k = c peak_lr / lr_k`` needs it).
+
 Extra memory per step: one fp32 work tensor per batch plus the post-transform's temporaries (the default
 fast soft clip overwrites the work tensor and adds only ``4 min(m, n)^2`` elements per matrix, see
 :mod:`spectrakit.optim.transforms`; other transforms allocate a full-size output); batches are processed
@@ -138,7 +154,8 @@ class Spectra(torch.optim.Optimizer):
             (exact SVD), ``"hardcap"``, ``"orthogonalize"``, ``"newton_schulz5"`` (Muon), ``"global_clip"``
             (Frobenius), ``"spectral_lmo"``, ``"linf_fw"`` (regularised Frank–Wolfe steps, below),
             ``"none"`` (see :mod:`spectrakit.optim.transforms`).
-        lr: learning rate >= 0 (any ``torch.optim.lr_scheduler`` may change it).
+        lr: learning rate >= 0, a number or a 0-d floating tensor (any ``torch.optim.lr_scheduler`` may
+            change it; values set later are checked at each step, see the module docstring).
         weight_decay: decoupled weight decay ``wd`` >= 0 (applied as ``(1 - lr wd)``).
         c: clip threshold > 0 of the post-transform (ignored by ``orthogonalize``/``none``).
         pre_c: threshold > 0 of the pre-transform of the raw gradient, or None (off, default).
@@ -177,13 +194,15 @@ class Spectra(torch.optim.Optimizer):
             ``post="linf_fw"`` is the l_inf-regularised step ``(||U||_1/b) clip^sp_{bc/||U||_1}(sign(U))``
             (Signum with a post spectral clip; use a momentum base such as ``"sgd"``, not ``"signum"``, whose
             direction is already a sign). ``b`` > 0 finite; ignored by the other post-transforms. The radius
-            is ``c`` with its schedule, so ``||delta W||_2 <= lr alpha c`` (without weight decay).
+            is ``c`` with its schedule, so ``||delta W||_2 <= lr alpha c`` (without weight decay; to the
+            1e-3 relative accuracy of the polar routes, tested on spiked and rank-deficient directions).
         **base_kwargs: hyperparameters of the base direction (e.g. ``betas``, ``eps``, ``momentum``,
             ``nesterov``, ``dampening``, ``alpha``, ``gamma``); unknown names raise TypeError.
 
     Raises:
         ValueError: a hyperparameter out of range (lr < 0, c <= 0, betas outside [0, 1), ...) or an
-            unknown base/post/scale name; the message names the argument and the accepted range.
+            unknown base/post/scale name (the message lists the accepted names); the message names the
+            argument and the accepted range. Also raised by ``step()`` for a value set after construction.
         TypeError: unknown keyword, or a non-floating/complex parameter.
 
     State: per parameter the base's buffers (fp32 for bf16/fp16 parameters, else the parameter dtype)
