@@ -127,7 +127,7 @@ def auto_passes(passes: int | None, f: torch.Tensor, thresholds, dtype: torch.dt
         a = t.abs()
         r = torch.where((a > 0) & torch.isfinite(a), f / a, torch.zeros_like(f + a))
         worst = r.amax() if worst is None else torch.maximum(worst, r.amax())
-    return CLIP_PASSES if worst is None else passes_for(float(worst), dtype)
+    return CLIP_PASSES if worst is None else passes_for(float(worst.detach()), dtype)
 
 
 def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passes: int = CLIP_PASSES,
