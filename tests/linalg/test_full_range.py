@@ -102,7 +102,7 @@ def test_matrix_functions_whole_range(name, dtype):
     fn, oracle = MATRIX_CASES[name]
     scales, tol = GRID[dtype]
     for i, scale in enumerate(scales):
-        for shape in ((12, 20), (20, 12)):
+        for shape in (((12, 20), (20, 12))[i % 2],):  # wide and tall on alternate scales
             x = (_x(10 * i + len(name), *shape) * scale).to(dtype)
             p, xu = _unit(x)
             smu = float(np.linalg.svd(xu.numpy(), compute_uv=False)[0])
