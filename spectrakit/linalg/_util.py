@@ -72,6 +72,14 @@ def eye_like(x: torch.Tensor, n: int | None = None) -> torch.Tensor:
     return torch.eye(n, dtype=x.dtype, device=x.device)
 
 
+def sym_part(x: torch.Tensor) -> torch.Tensor:
+    """``(X + X^T) / 2`` without overflow: where ``X + X^T`` overflows (entries near the dtype's largest value)
+    ``X / 2 + X^T / 2`` instead (exact there; the plain form keeps subnormal entries exact)."""
+    xt = mT(x)
+    a = x + xt
+    return torch.where(torch.isfinite(a), a / 2, x / 2 + xt / 2)
+
+
 def frob(x: torch.Tensor) -> torch.Tensor:
     """Frobenius norm over the last two dims, keepdim (shape ``(..., 1, 1)``), computed in >= fp32."""
     xf = x if x.dtype == torch.float64 else x.float()
@@ -83,6 +91,53 @@ def frob(x: torch.Tensor) -> torch.Tensor:
     # matrix, where it makes the gradient 0 (the subgradient chosen there) instead of sqrt'(0) * 0 = nan
     ss = (y * y).sum(dim=(-2, -1), keepdim=True).clamp_min(0.25)
     return (amax * ss.sqrt()).to(x.dtype)
+
+
+def pow2_scale(x: torch.Tensor) -> torch.Tensor:
+    """A power of two within a factor 2 of ``max|x|`` per matrix (shape ``(..., 1, 1)``, x's dtype), 1 for a zero
+    matrix; detached. Dividing by it is exact, brings every entry into ``[0, 2)`` and every norm of ``x / s``
+    below ``2 sqrt(m n)``, so no intermediate overflows (entries up to fp32's largest value, whose Frobenius
+    norm is not representable) or underflows (subnormal entries); the functions using it are homogeneous
+    or scale-invariant, so treating ``s`` as a constant also gives exact gradients."""
+    amax = x.detach().abs().amax(dim=(-2, -1), keepdim=True)
+    s = torch.exp2(torch.floor(torch.log2(amax)))
+    return torch.where((amax > 0) & torch.isfinite(s), s, torch.ones_like(s))
+
+
+class _Scale(torch.autograd.Function):
+    """Forward ``x / s`` (``mode="div"``), ``x * s`` (``"mul"``) or ``x`` (``"grad_div"``); backward: the incoming
+    gradient unchanged, or divided by ``s`` for ``"grad_div"`` (see :func:`to_unit`)."""
+
+    @staticmethod
+    def forward(ctx, x, s, mode):
+        ctx.save_for_backward(s)
+        ctx.mode = mode
+        return x / s if mode == "div" else x * s if mode == "mul" else x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (s,) = ctx.saved_tensors
+        return (g / s if ctx.mode == "grad_div" else g), None, None
+
+
+def to_unit(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``x / s`` for a homogeneous function ``F(X, t) = s F(X / s, t / s)``, paired with :func:`from_unit` on its
+    output: the backward passes skip both factors (``1/s`` here, ``s`` there), whose product is 1, so the
+    gradients of inputs near the top of the range (``s ~ 1e37``) or subnormal ones do not overflow or
+    underflow inside the backward pass. Every input of the function (matrix and thresholds) must go through
+    it. ``s`` is a power of two (:func:`pow2_scale`): the division is exact."""
+    return _Scale.apply(x, s, "div") if x.requires_grad else x / s
+
+
+def from_unit(y: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``y * s`` with an identity backward (see :func:`to_unit`)."""
+    return _Scale.apply(y, s, "mul") if y.requires_grad else y * s
+
+
+def grad_div(y: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``y`` whose backward divides by ``s``: for a term of the output computed from ``to_unit`` inputs but not
+    passed through :func:`from_unit` (it restores that term's true gradient)."""
+    return _Scale.apply(y, s, "grad_div") if y.requires_grad else y
 
 
 def threshold(value, name: str, x: torch.Tensor, dtype: torch.dtype, *, low=None, low_inclusive=True,

@@ -28,11 +28,13 @@ so eigenvalues within ``~1e-6 ||W - t I||`` of ``t`` get a value between 0 and 1
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
 
-from ._util import compute_dtype, frob, mT, threshold
+from ._util import compute_dtype, frob, from_unit, mT, pow2_scale, sym_part, threshold, to_unit
 from .polar import clip_sign
 
 METHODS = ("polar", "exact")
@@ -45,7 +47,7 @@ def sym(W: torch.Tensor) -> torch.Tensor:
         TypeError: W not a floating tensor. ValueError: W not square / fewer than 2 dims.
     """
     check_tensor(W, "W", min_ndim=2, square=True, finite=False)
-    return (W + mT(W)) / 2
+    return sym_part(W)
 
 
 def _prep(W, name_method, method, steps):
@@ -90,16 +92,46 @@ CLIP_PASSES = 3
 MAX_PASSES = 16
 
 
-def check_passes(passes) -> int:
-    """``passes`` of the clips: None -> :data:`CLIP_PASSES`; else an int in [1, MAX_PASSES] (``ValueError``)."""
+def check_passes(passes) -> int | None:
+    """``passes`` of the clips: None (chosen by :func:`auto_passes`) or an int in [1, MAX_PASSES]
+    (``ValueError``)."""
     if passes is None:
-        return CLIP_PASSES
+        return None
     check_int(passes, "passes", low=1, high=MAX_PASSES)
     return int(passes)
 
 
+def passes_for(ratio: float, dtype: torch.dtype) -> int:
+    """Refinement passes that hold a cap to 1e-3 for a spread ``ratio = ||W||_F / |t|`` (fp32 measurements in
+    :data:`CLIP_PASSES`' comment: 3 up to 1e20, 4 up to 1e25, 5 up to 1e35, 6 to fp32's end; float64 gains
+    ~1e16 per pass instead of ~2.5e7)."""
+    if not ratio > 1e20:  # (nan: no finite nonzero threshold)
+        return CLIP_PASSES
+    if dtype == torch.float64:
+        return min(MAX_PASSES, CLIP_PASSES + max(0, math.ceil((math.log10(ratio) - 40) / 15)))
+    return 4 if ratio <= 1e25 else 5 if ratio <= 1e35 else 6
+
+
+def auto_passes(passes: int | None, f: torch.Tensor, thresholds, dtype: torch.dtype) -> int:
+    """``passes`` if given; else, when value checks are on (the call already synchronises for them), the count
+    of :func:`passes_for` for the largest spread ``f / |t|`` over the batch and the finite nonzero
+    thresholds (one scalar read); with value checks off (hot paths: no host sync) :data:`CLIP_PASSES`."""
+    if passes is not None:
+        return passes
+    if not value_checks_enabled():
+        return CLIP_PASSES
+    worst = None
+    for t in thresholds:
+        if t is None:
+            continue
+        a = t.abs()
+        r = torch.where((a > 0) & torch.isfinite(a), f / a, torch.zeros_like(f + a))
+        worst = r.amax() if worst is None else torch.maximum(worst, r.amax())
+    return CLIP_PASSES if worst is None else passes_for(float(worst.detach()), dtype)
+
+
 def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passes: int = CLIP_PASSES,
-             ) -> torch.Tensor:
+             psd: bool = False) -> torch.Tensor:
     """``Q clip_[lo, hi](Lambda) Q^T`` of symmetric ``w`` (work dtype), scale-invariant and sync-free.
 
     ``lo``/``hi``: None (no clip on that side) or tensors ``(..., 1, 1)`` in w's dtype (``-inf``/``+inf`` allowed).
@@ -111,11 +143,20 @@ def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passe
     order in the sandwich, but first order near the thresholds; ~4e-8 relative per unit of ratio in fp32); the
     next pass, rescaled to the new, capped spectrum, removes most of it: with ``passes=3`` (default) the cap
     is exceeded by <= 1e-3 relative for ratios ``lambda_max / |t|`` up to ~1e20 (``CLIP_PASSES``).
+
+    ``psd=True`` (``w`` positive semidefinite up to rounding, ``lo`` None: the hard clips' ``A = sym(X O^T)``)
+    also clips at 0 from the second pass on (in the only pass when ``passes == 1``): ``min(w, hi)`` keeps the
+    rounding-level negative eigenvalues of ``w`` (``~ -eps ||w||``, e.g. in the null space of a rank-deficient
+    ``X``), which exceed a cap ``hi << eps ||w||`` in magnitude; the first pass shrinks the scale to ``~hi``, so
+    the later ones resolve their signs.
     """
     eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device)
     floor = torch.finfo(w.dtype).tiny
     out = w
-    for _ in range(passes):
+    hi_only = lo
+    for k in range(passes):
+        if psd and hi_only is None and (k > 0 or passes == 1):
+            lo = torch.zeros((1, 1), dtype=w.dtype, device=w.device)
         f = frob(out).clamp_min(floor)
         hi_e = None if hi is None else torch.minimum(hi, f)
         lo_e = None if lo is None else torch.maximum(lo, -f)
@@ -135,10 +176,33 @@ def clip_sym(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passe
         keep = None
         if hi is not None:
             keep = hi >= f
-        if lo is not None:
+        if lo is not None and not (psd and hi_only is None):
             keep = (lo <= -f) if keep is None else keep & (lo <= -f)
         out = torch.where(keep, out, c)
     return out
+
+
+def clip_scaled(w: torch.Tensor, lo, hi, cdt: torch.dtype, steps: int | None, passes: int | None,
+                ) -> torch.Tensor:
+    """:func:`clip_sym` of ``sym(w) / s`` with thresholds ``/ s`` (``s``: a power of two near ``max|w|``, exact), times
+    ``s``: no norm of ``w`` overflows (entries up to the dtype's largest value) and subnormal entries are
+    normal numbers. A threshold beyond the far end of the spectrum (``lo >= ||w||_F``, or ``hi <= -||w||_F``,
+    including those whose ratio to ``s`` overflows) gives ``t I`` exactly; inside the clip it is moved onto
+    the spectrum bound (the same result, kept finite)."""
+    s = pow2_scale(w)
+    w1 = sym_part(to_unit(w, s))  # (gradients: to_unit/from_unit skip the factors 1/s and s, product 1)
+    f1 = frob(w1)
+    eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device)
+    lo1 = None if lo is None else to_unit(lo, s)
+    hi1 = None if hi is None else to_unit(hi, s)
+    passes = auto_passes(passes, f1, (lo1, hi1), w.dtype)
+    c = from_unit(clip_sym(w1, None if lo is None else torch.minimum(lo1, f1),
+                           None if hi is None else torch.maximum(hi1, -f1), cdt, steps, passes), s)
+    if lo is not None:
+        c = torch.where(lo1 >= f1, lo * eye, c)
+    if hi is not None:
+        c = torch.where(hi1 <= -f1, hi * eye, c)
+    return c
 
 
 def _thr_work(v, w: torch.Tensor) -> torch.Tensor:
@@ -150,12 +214,9 @@ def _thr_work(v, w: torch.Tensor) -> torch.Tensor:
 
 def _work(W: torch.Tensor, cdt: torch.dtype):
     work = torch.float32 if cdt == torch.bfloat16 else cdt
-    w = W.to(work)
-    return (w + mT(w)) / 2, torch.eye(W.shape[-1], dtype=work, device=W.device)
-
-
-def _thr(v, work_like):
-    return v.to(work_like.dtype) if isinstance(v, torch.Tensor) else v
+    # not yet symmetrised: the callers symmetrise after their power-of-two scaling (exact then; halving a
+    # subnormal sum is not)
+    return W.to(work), torch.eye(W.shape[-1], dtype=work, device=W.device)
 
 
 def _check_order(lo, hi):
@@ -182,10 +243,12 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
         W: ``(..., n, n)`` floating tensor (symmetrised first), finite.
         lo, hi: finite thresholds with lo <= hi; floats or tensors broadcastable to ``W.shape[:-2]``.
         method: "polar" or "exact" (float64 eigh). steps: sign iterations (1..100), default by dtype.
-        passes: refinement passes of the polar route (1..16, default :data:`CLIP_PASSES` = 3). Each pass
-            divides the excess over a cap by ~2.5e7 in fp32: 3 passes hold the caps to 1e-3 for ratios
-            ``lambda_max / |t|`` up to ~1e20, 5 up to ~1e35, 6 over fp32's whole exponent range (1e38);
-            each pass costs one more ``n x n`` eigen-sign.
+        passes: refinement passes of the polar route (1..16). Each pass divides the excess over a cap by
+            ~2.5e7 in fp32: 3 passes hold the caps to 1e-3 for ratios ``lambda_max / |t|`` up to ~1e20, 5 up
+            to ~1e35, 6 over fp32's whole exponent range (1e38); each pass costs one more ``n x n``
+            eigen-sign. Default (None): chosen from the spread ``||W||_F / |t|`` (:func:`passes_for`) when
+            value checks are on (one scalar read beside the finiteness check), :data:`CLIP_PASSES` = 3 with
+            value checks off (no host sync).
         dtype: compute dtype (bf16: the sign steps run in fp32 until the tracked lower bound reaches
             ``polar.CLIP_BF16_SWITCH``); output has W's dtype.
 
@@ -210,7 +273,7 @@ def eig_clip(W: torch.Tensor, lo, hi, *, method: str = "polar", steps: int | Non
     if W.numel() == 0:  # an empty matrix maps to itself
         return W.clone()
     w, _ = _work(W, cdt)
-    return clip_sym(w, _thr_work(lo_t, w), _thr_work(hi_t, w), cdt, steps, passes).to(W.dtype)
+    return clip_scaled(w, _thr_work(lo_t, w), _thr_work(hi_t, w), cdt, steps, passes).to(W.dtype)
 
 
 def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dtype, passes=None) -> torch.Tensor:
@@ -229,7 +292,7 @@ def _one_sided(W: torch.Tensor, t, name: str, side: int, method: str, steps, dty
     w, _ = _work(W, cdt)
     t_w = _thr_work(t_t, w)
     lo, hi = (t_w, None) if side > 0 else (None, t_w)
-    return clip_sym(w, lo, hi, cdt, steps, passes).to(W.dtype)
+    return clip_scaled(w, lo, hi, cdt, steps, passes).to(W.dtype)
 
 
 def eig_relu(W: torch.Tensor, lo, *, method: str = "polar", steps: int | None = None,
@@ -281,6 +344,13 @@ def eig_stepfun(W: torch.Tensor, t=0.0, *, method: str = "polar", steps: int | N
     if W.numel() == 0:  # an empty matrix maps to itself
         return W.clone()
     w, eye = _work(W, cdt)
-    (s,) = eigen_signs([w - _thr(t_t, w) * eye], cdt, steps)
+    # sign(W - t I) = sign(W / s - (t / s) I) for a power of two s near max|W| (exact): no overflow of W - t I
+    # or of its norms; t / s is moved to within twice the spectrum bound (+1 for the zero matrix), where the
+    # sign is already +-I
+    sc = pow2_scale(w)
+    w1 = sym_part(w / sc)
+    bound = 2 * frob(w1) + 1
+    t1 = torch.maximum(torch.minimum(_thr_work(t_t, w) / sc, bound), -bound)
+    (s,) = eigen_signs([w1 - t1 * eye], cdt, steps)
     out = (eye + s) / 2
     return ((out + mT(out)) / 2).to(W.dtype)

@@ -150,14 +150,16 @@ def hardcap_flops(m: int, n: int, dtype: torch.dtype = torch.float32, steps: int
     """Default route of :func:`spectrakit.linalg.spectral_hardcap`/``spectral_clip``: ``O = msign(X)``
     (``m x n``), ``A = X O^T`` (2m^2n), the eigen-signs of ``thresholds`` (1, or 2 for a band) symmetric
     ``m x m`` matrices plus ``P (t I - A) P`` with ``P = (I + sign(.)) / 2`` (4m^3 each), repeated for the
-    ``eig.CLIP_PASSES`` refinement passes, and ``clip(A) O`` (2m^2n)."""
+    ``eig.CLIP_PASSES`` refinement passes, and ``clip(A) O`` (2m^2n). A hardcap (``thresholds=1``) also clips
+    at 0 from its second pass on (``eig.clip_sym(psd=True)``): two eigen-signs in those passes."""
     from .eig import CLIP_PASSES
 
     m, n = _wide(m, n)
     if steps is None:
         steps = steps_for(HARD_LOWER_BOUND * m ** (-1 / 8), HARD_TOL[dtype], safety=safety_for(dtype))
+    signs = thresholds * CLIP_PASSES if thresholds == 2 else (2 * CLIP_PASSES - 1 if CLIP_PASSES > 1 else 2)
     return (msign_flops(m, n, steps) + 2.0 * m * m * n
-            + CLIP_PASSES * thresholds * (msign_flops(m, m, steps) + 4.0 * m**3) + 2.0 * m * m * n)
+            + signs * (msign_flops(m, m, steps) + 4.0 * m**3) + 2.0 * m * m * n)
 
 
 def hardcap_dilation_flops(m: int, n: int, dtype: torch.dtype = torch.float32, steps: int | None = None) -> float:

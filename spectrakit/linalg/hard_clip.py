@@ -58,8 +58,8 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_tensor, value_checks_enabled
 
-from ._util import compute_dtype, frob, mT, threshold, tiny_for
-from .eig import CLIP_PASSES, check_passes, clip_sym
+from ._util import compute_dtype, frob, from_unit, grad_div, mT, pow2_scale, threshold, tiny_for, to_unit
+from .eig import auto_passes, check_passes, clip_sym
 from .polar import clip_sign, to_wide
 
 METHODS = ("polar", "dilation", "nested", "exact")
@@ -104,22 +104,33 @@ def _hardcap_dilation(w: torch.Tensor, ts: torch.Tensor, cdt: torch.dtype, steps
 
 
 def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None, cdt: torch.dtype,
-              steps: int | None, passes: int = CLIP_PASSES) -> torch.Tensor:
+              steps: int | None, passes: int | None = None) -> torch.Tensor:
     """``clip_[lo, hi](A) O`` with ``O = msign(xw)``, ``A = sym(xw O^T)`` (module docstring, default route).
 
     ``xw``: wide ``(..., m, n)`` in the work dtype; ``lo``/``hi``: thresholds ``(..., 1, 1)`` in the work
     dtype (``lo > 0``, ``hi > 0``) or None for "no clip on that side".
     """
-    # scale-free: work on xw / f (f = ||xw||_F, safely computed) and thresholds / f, undo at the end
-    f = frob(xw).clamp_min(torch.finfo(xw.dtype).tiny)
-    xs = xw / f
+    # scale-free: work on xw / (s f) (s a power of two near max|xw|, f = ||xw / s||_F <= 2 sqrt(m n)) and on the
+    # thresholds / s / f, undo at the end; nothing overflows for entries up to the dtype's largest value
+    s = pow2_scale(xw)
+    x1 = to_unit(xw, s)  # (gradients: to_unit/from_unit skip the factors 1/s and s, whose product is 1)
+    f = frob(x1).clamp_min(torch.finfo(xw.dtype).tiny)
+    lo1 = None if lo is None else to_unit(lo, s)  # inf when lo / s overflows (subnormal input, lo ~ 1)
+    hi1 = None if hi is None else to_unit(hi, s)
+    xs = x1 / f
     o = clip_sign(xs, cdt, steps)
     a = xs @ mT(o)
     a = (a + mT(a)) / 2
-    c = clip_sym(a, None if lo is None else lo / f, None if hi is None else hi / f, cdt, steps, passes)
-    out = (c @ o) * f
+    # a lo at or above the spectrum bound f maps every singular value to lo: lo O (below); the clip itself
+    # then gets lo = f (finite, the same result up to the where)
+    lo_c = None if lo is None else torch.minimum(lo1, f) / f
+    passes = auto_passes(passes, f, (lo1, hi1), xw.dtype)
+    c = clip_sym(a, lo_c, None if hi is None else hi1 / f, cdt, steps, passes, psd=True)
+    out = from_unit((c @ o) * f, s)  # in this order: f s = ||xw||_F may overflow
+    if lo is not None:
+        out = torch.where(lo1 >= f, lo * grad_div(o, s), out)
     if hi is not None:                   # hi above an upper bound of s_max: exactly the identity
-        keep = hi >= f
+        keep = hi1 >= f
         if lo is not None:
             keep = keep & (lo <= 0)
         out = torch.where(keep, xw, out)
@@ -127,9 +138,9 @@ def _clip_abs(xw: torch.Tensor, lo: torch.Tensor | None, hi: torch.Tensor | None
 
 
 def _as_work(t, work: torch.dtype, device) -> torch.Tensor:
-    """A threshold (float or ``(..., 1, 1)`` tensor) as a tensor in the work dtype, capped at a quarter of the
-    dtype's largest value (a larger threshold exceeds ``||X||_F`` anyway and must not overflow to inf)."""
-    big = torch.finfo(work).max / 4
+    """A threshold (float or ``(..., 1, 1)`` tensor) as a tensor in the work dtype, capped at the dtype's
+    largest value (a larger threshold exceeds ``sigma_max`` anyway and must not overflow to inf)."""
+    big = torch.finfo(work).max
     if isinstance(t, torch.Tensor):
         return t.to(work).clamp_max(big)
     return torch.full((1, 1), min(t, big), dtype=work, device=device)
@@ -168,8 +179,10 @@ def spectral_clip(X: torch.Tensor, lo=0.0, hi=float("inf"), *, method: str = "po
         steps: sign iterations (1..100); default: enough for the dtype's accuracy at lower bound 1e-6.
         dtype: compute dtype (bf16 runs the first sign steps in fp32, see the module docstring); output has
             X's dtype.
-        passes: refinement passes of the polar route (1..16, default 3; see :func:`~spectrakit.linalg.eig_clip`):
+        passes: refinement passes of the polar route (1..16; see :func:`~spectrakit.linalg.eig_clip`):
             3 hold the cap to 1e-3 for ``sigma_max / hi`` up to ~1e20 in fp32, 5 up to ~1e35, 6 up to 1e38.
+            Default (None): from the spread ``||X||_F / hi`` when value checks are on (one scalar read beside
+            the finiteness check), 3 with value checks off (no host sync).
 
     Raises:
         TypeError: X not a floating tensor, thresholds not numbers/tensors.

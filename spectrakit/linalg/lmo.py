@@ -68,8 +68,8 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, check_tensor
 
-from ._util import compute_dtype, frob, mT, tiny_for
-from .eig import eigen_signs, shifted_sandwich
+from ._util import compute_dtype, frob, mT, pow2_scale, tiny_for
+from .eig import CLIP_PASSES, clip_sym, eigen_signs
 from .polar import clip_sign, to_wide
 from .schedules import polar_express_coeffs, steps_for
 
@@ -193,45 +193,55 @@ def _big(work: torch.dtype) -> float:
 
 
 def _polar(xw: torch.Tensor, regularizer, b, radius, p, cdt, steps) -> torch.Tensor:
-    """``f(A) O`` (module docstring) for wide ``xw`` in the work dtype; the caller negates."""
+    """``f(A) O`` (module docstring) for wide ``xw`` in the work dtype; the caller negates.
+
+    Works on ``xw / s`` and ``b / s`` (``s`` a power of two near ``max|xw|``; ``X*`` depends on ``G / b`` only),
+    so no norm overflows at the top of the range and subnormal inputs are normal numbers; ``b / s`` and the
+    threshold ``t`` are float64 tensors until they are capped at a quarter of the work dtype's largest value."""
     m = xw.shape[-2]
     d = float(radius)
+    s = pow2_scale(xw)
+    xw = xw / s
     o = clip_sign(xw, cdt, steps)
     if regularizer == "entropy" and d <= 1.0:
         return d * o
+    b64 = torch.full((1, 1), float(b), dtype=torch.float64, device=xw.device) / s.double()
+    big = _big(xw.dtype)
     if regularizer == "frobenius":
-        t = b * d
+        t64 = b64 * d
     elif regularizer == "nuclear":
-        t = b
+        t64 = b64
     elif regularizer == "schatten":
-        log_t = math.log(b) + (p - 1.0) * math.log(d)
-        t = math.exp(min(log_t, math.log(_big(xw.dtype))))
+        t64 = torch.exp((torch.log(b64) + (p - 1.0) * math.log(d)).clamp_max(math.log(big)))
     else:
-        t = b * math.log(d)
-    t = min(t, _big(xw.dtype))
+        t64 = b64 * math.log(d)
+    t = t64.clamp_max(big).to(xw.dtype)
     a = xw @ mT(o)
     # scale so that A / sc and t / sc are <= 1 (no overflow; sign errors relative to 1)
     fr = frob(xw).clamp_min(tiny_for(xw.dtype))
-    sc = fr.clamp_min(t)
+    sc = torch.maximum(fr, t)
     a = (a + mT(a)) / (2 * sc)
     eye = torch.eye(m, dtype=xw.dtype, device=xw.device)
-    t_eye = (t / sc) * eye
-    sgn = eigen_signs([t_eye - a], cdt, steps)[0]  # sign(t I - A): +1 on {s < t}, -1 on {s > t}
+    tiny = torch.finfo(xw.dtype).tiny
+    t_rel = (t / sc).clamp_min(tiny)
     if regularizer == "nuclear":
+        sgn = eigen_signs([t_rel * eye - a], cdt, steps)[0]  # sign(t I - A): +1 on {s < t}, -1 on {s > t}
         return (d * (eye - sgn) / 2) @ o
-    capped = shifted_sandwich(a, t_eye, (eye + sgn) / 2)  # min(A, t) / sc
-    # t above an upper bound of s_max: exactly A (the sandwich would cost eps t on every eigenvalue)
-    capped = torch.where(fr <= t, a, capped)
-    if regularizer == "frobenius":
-        return ((sc / b) * capped) @ o
+    # min(A, t) / sc, clipped at 0 too (A's rounding-level negative eigenvalues, ~ -eps, would otherwise pass
+    # through and, divided by a tiny tau below, leave [0, 1]: the square roots diverged to nan), with the
+    # refinement passes of the hard clips (a cap far below s_max); t >= ||G||_F: exactly A
+    capped = clip_sym(a, None, t_rel, cdt, steps, CLIP_PASSES, psd=True)
+    if regularizer == "frobenius":  # min(A, bD) / b = D min(A, t) / t
+        return (d * (capped / t_rel)) @ o
     if regularizer == "schatten":
         # min(A, t) / tau with tau = min(t, ||G||_F) (eigenvalues in [0, 1], not all tiny when t >> s_max),
         # then D (tau / t)^q M^q = D (min(A, t) / t)^q
-        tau = fr.clamp_max(t)
-        mm = capped * (sc / tau)
-        gain = d * torch.exp((torch.log(tau) - math.log(t)) / (p - 1.0))
+        tau = torch.minimum(fr, t)
+        mm = capped / (tau / sc).clamp_min(tiny)
+        gain = d * torch.exp((torch.log(tau) - torch.log(t)) / (p - 1.0))
         return (gain * _power(mm, p, steps)) @ o
-    return _exp_psd(capped * (sc / b), math.log(d)) @ o
+    b_rel = (b64 / sc.double()).to(xw.dtype).clamp_min(tiny)
+    return _exp_psd(capped / b_rel, math.log(d)) @ o
 
 
 def spectral_lmo(G: torch.Tensor, regularizer: str, *, b: float, radius: float, p: float | None = None,

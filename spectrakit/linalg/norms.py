@@ -35,6 +35,12 @@ def spectral_norm(W: torch.Tensor, *, iters: int = 20, v0: torch.Tensor | None =
     check_tensor(W, "W", min_ndim=2)
     check_int(iters, "iters", low=0, high=10000)
     work = torch.float64 if W.dtype == torch.float64 else torch.float32
+    n = W.shape[-1]
+    if W.numel() == 0:  # no entries: the norm is 0; v is a unit vector (e_1) when n > 0
+        v = torch.zeros(*W.shape[:-2], n, dtype=W.dtype, device=W.device)
+        if n:
+            v[..., 0] = 1
+        return W.new_zeros(W.shape[:-2]), v
     w = W.to(work)
     # scale-free: iterate on W / max|W| (no overflow of W^T W v, no underflow to 0), undo on the value
     amax = w.abs().amax(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(work).tiny)

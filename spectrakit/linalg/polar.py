@@ -14,7 +14,7 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, check_tensor
 
-from ._util import compute_dtype, flush_tiny, frob, mT
+from ._util import compute_dtype, flush_tiny, frob, mT, pow2_scale
 from .schedules import BF16_SAFETY, BF16_SWITCH, SAFETY, SCHEDULES, bf16_fp32_steps, polar_express_coeffs, steps_for
 
 
@@ -44,7 +44,9 @@ def normalized_start(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     Frobenius pre-scaling avoids overflow of ``A^2``; the final scale ``||A^2||_F^(1/4)`` is tighter
     (``<= m^(1/8) sigma_max``). Zero input stays zero (norms are floored, never divided by zero).
     """
-    # floor at the smallest normal number (not tiny_for's 1e-30): subnormal inputs are normalised too
+    # first by a power of two near max|x| (exact; ||x||_F of entries near fp32's largest value overflowed),
+    # then the Frobenius norm, floored at the smallest normal number
+    x = x / pow2_scale(x)
     x0 = x / frob(x).clamp_min(torch.finfo(x.dtype).tiny)
     a = x0 @ mT(x0)
     a2 = a @ a

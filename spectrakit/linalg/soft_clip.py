@@ -36,7 +36,19 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, check_tensor
 
-from ._util import _flush_shift, compute_dtype, eye_like, flush_tiny, frob, mT, threshold, tiny_for
+from ._util import (
+    _flush_shift,
+    compute_dtype,
+    eye_like,
+    flush_tiny,
+    frob,
+    from_unit,
+    mT,
+    pow2_scale,
+    threshold,
+    tiny_for,
+    to_unit,
+)
 from .polar import safety_for, to_wide
 from .schedules import lower_bound_grid, schedule_intervals
 
@@ -434,7 +446,17 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
     if method == "exact":
         return _exact(X, ct)
     x, transposed = to_wide(X)
-    if method in ("newton_schulz", "newton_schulz_early_exit"):
+    # h_c(x) = s h_{c/s}(x / s) for a power of two s near max|x| (exact division): no norm overflows at the top
+    # of the range (||X||_F > finfo.max) and nothing underflows for subnormal input; c / s is capped at a
+    # quarter of the largest value (a larger c maps x / s <= 2 to itself anyway)
+    sdt = torch.float64 if torch.float64 in (X.dtype, cdt) else torch.float32
+    sc = pow2_scale(x.to(sdt))
+    x = to_unit(x.to(sdt), sc).to(x.dtype)  # (to_unit/from_unit: gradients skip 1/sc and sc, product 1)
+    ns = method in ("newton_schulz", "newton_schulz_early_exit")
+    # (a tensor numerator: a Python float over a tensor is computed as c * (1 / s), and 1 / s overflows)
+    ct = to_unit(torch.as_tensor(ct, dtype=sdt, device=X.device), sc).clamp_max(torch.finfo(sdt).max / 4)
+    ct = ct.to(cdt if ns or cdt == torch.float64 else torch.float32)
+    if ns:
         out = _newton_schulz(x.to(cdt), ct, 10 if steps is None else steps, method == "newton_schulz_early_exit")
     else:
         if steps is None:
@@ -446,5 +468,6 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
                 raise ValueError(f"tall_steps must equal steps ({steps}) with a bfloat16 compute dtype "
                                  f"(the bf16 Gram phase diverges), got {tall_steps}; use dtype=torch.float32")
         out = _polar(x, ct, steps, cdt, tall_steps)
+    out = from_unit(out.to(sdt), sc)
     out = mT(out) if transposed else out
     return out.to(X.dtype)

@@ -100,7 +100,8 @@ class Muon(Spectra):
     NS5(U)`` with ``NS5``: ``U / max(||U||_F, 1e-7)`` then 5 quintic Newton-Schulz steps
     ``(a, b, c) = (3.4445, -4.7750, 2.0315)`` in bfloat16; conv kernels are flattened to ``(out, in k k)``.
 
-    Defaults: lr 0.02, momentum 0.95, Nesterov, wd 0, ``post_dtype="bfloat16"``. The momentum (base
+    Defaults: lr 0.02 (a number or, as in ``torch.optim.Muon``, a 0-d tensor), momentum 0.95, Nesterov, wd 0,
+    ``post_dtype="bfloat16"``. The momentum (base
     ``"ema"``) and the Newton-Schulz output are bit-identical to ``torch.optim.Muon``; the parameter update
     rounds ``lr alpha U`` before adding it (``torch`` fuses ``add(alpha=)``): <= 1 ulp per step, tested to
     2e-6 relative over 50 steps.

@@ -50,6 +50,22 @@ the moments and the update of a step that is taken are finite (tested at the bou
 Deciding on the gradients before the step keeps the policy a single fused check instead of a second pass
 over all moments and updates; a legitimate gradient above 1e18 (no training run produces one) is skipped.
 
+Non-finite updates: a post-transform (or pre-clip) whose output has an inf/nan entry (an iterative transform
+that broke down) must not reach the weights. After each matrix batch's transform, one ``aminmax`` gives a
+0-d flag that multiplies that batch's scale and decay (its non-finite entries are zeroed, so ``0 * update``
+stays 0): the batch's parameters keep their values, and the step counts once in every group's
+``skipped_steps``. The flag is tensor arithmetic (no host read). The base's state of that batch has already
+advanced with the (finite) gradients, and the other batches of the step are applied: deferring every update
+until all transforms are known would hold a second copy of all updates. A non-finite pre-clip output
+cancels its batch's state update too (the flag enters the base's ``ok``).
+
+Hyperparameters set after construction (a scheduler writing ``group["lr"] = nan``, ``betas = (1.0, 0.999)``,
+an unknown ``post`` name) are checked again at every step: Python numbers cost no host sync to check, so a
+bad one raises ``ValueError`` naming the param group and the argument before anything is modified. A tensor
+``lr`` (accepted as by ``torch.optim.Muon``) is not read at step time: a non-finite or negative value skips
+the step and counts it, like a non-finite gradient (during an ``inverse_lr`` warm-up of the clip threshold
+its value is read once per step, since ``c_k = c peak_lr / lr_k`` needs it).
+
 Extra memory per step: one fp32 work tensor per batch plus the post-transform's temporaries (the default
 fast soft clip overwrites the work tensor and adds only ``4 min(m, n)^2`` elements per matrix, see
 :mod:`spectrakit.optim.transforms`; other transforms allocate a full-size output); batches are processed
@@ -66,7 +82,7 @@ from itertools import chain
 
 import torch
 
-from spectrakit._checks import check_choice, check_int, check_scalar
+from spectrakit._checks import check_choice, check_int, check_scalar, value_checks_enabled
 from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.optim.bases import BASES, Work, state_dtype
 from spectrakit.optim.schedules import clip_threshold, make_schedule
@@ -92,6 +108,11 @@ MIN_BATCH_NUMEL = 2**20
 # (the second moments of AdamW-like bases) would overflow float32, and the moments would stay inf.
 GRAD_BOUND = 1e18
 
+def _nonzero(x) -> bool:
+    """``x != 0`` for a Python number; True for a tensor (its value is not read: no host sync)."""
+    return True if isinstance(x, torch.Tensor) else x != 0
+
+
 class Spectra(torch.optim.Optimizer):
     r"""One update pipeline for SPECTRA, Muon and the plain optimizers (Jiang, Semenov and Stich 2026 Alg. 2).
 
@@ -107,7 +128,8 @@ class Spectra(torch.optim.Optimizer):
             (exact SVD), ``"hardcap"``, ``"orthogonalize"``, ``"newton_schulz5"`` (Muon), ``"global_clip"``
             (Frobenius), ``"spectral_lmo"``, ``"linf_fw"`` (regularised Frank–Wolfe steps, below),
             ``"none"`` (see :mod:`spectrakit.optim.transforms`).
-        lr: learning rate >= 0 (any ``torch.optim.lr_scheduler`` may change it).
+        lr: learning rate >= 0, a number or a 0-d floating tensor (any ``torch.optim.lr_scheduler`` may
+            change it; values set later are checked at each step, see the module docstring).
         weight_decay: decoupled weight decay ``wd`` >= 0 (applied as ``(1 - lr wd)``).
         c: clip threshold > 0 of the post-transform (ignored by ``orthogonalize``/``none``).
         pre_c: threshold > 0 of the pre-transform of the raw gradient, or None (off, default).
@@ -146,13 +168,15 @@ class Spectra(torch.optim.Optimizer):
             ``post="linf_fw"`` is the l_inf-regularised step ``(||U||_1/b) clip^sp_{bc/||U||_1}(sign(U))``
             (Signum with a post spectral clip; use a momentum base such as ``"sgd"``, not ``"signum"``, whose
             direction is already a sign). ``b`` > 0 finite; ignored by the other post-transforms. The radius
-            is ``c`` with its schedule, so ``||delta W||_2 <= lr alpha c`` (without weight decay).
+            is ``c`` with its schedule, so ``||delta W||_2 <= lr alpha c`` (without weight decay; to the
+            1e-3 relative accuracy of the polar routes, tested on spiked and rank-deficient directions).
         **base_kwargs: hyperparameters of the base direction (e.g. ``betas``, ``eps``, ``momentum``,
             ``nesterov``, ``dampening``, ``alpha``, ``gamma``); unknown names raise TypeError.
 
     Raises:
         ValueError: a hyperparameter out of range (lr < 0, c <= 0, betas outside [0, 1), ...) or an
-            unknown base/post/scale name; the message names the argument and the accepted range.
+            unknown base/post/scale name (the message lists the accepted names); the message names the
+            argument and the accepted range. Also raised by ``step()`` for a value set after construction.
         TypeError: unknown keyword, or a non-floating/complex parameter.
 
     State: per parameter the base's buffers (fp32 for bf16/fp16 parameters, else the parameter dtype)
@@ -238,7 +262,8 @@ class Spectra(torch.optim.Optimizer):
         group["c_schedule"] = make_schedule(group["c_schedule"], "c_schedule")
         group["pre_c_schedule"] = make_schedule(group["pre_c_schedule"], "pre_c_schedule")
         if group["peak_lr"] is None:
-            group["peak_lr"] = group["lr"]
+            lr = group["lr"]  # a tensor lr is read once here (construction, not a step)
+            group["peak_lr"] = float(lr) if isinstance(lr, torch.Tensor) and lr.numel() == 1 else lr
         group.setdefault("steps_taken", 0)
         group.setdefault("skipped_steps", torch.zeros((), dtype=torch.int64))
         self._validate(group)
@@ -267,14 +292,25 @@ class Spectra(torch.optim.Optimizer):
         self._patch_step_function()  # torch's step hooks on the new class
 
     @staticmethod
-    def _validate(group: dict) -> None:
-        """Check every hyperparameter of ``group`` (the constructor, ``add_param_group`` and
-        ``load_state_dict`` use it); numbers must be finite except ``c`` and ``pre_c``, whose ``inf``
-        turns that clip off."""
+    def _validate(group: dict, at_step: bool = False) -> None:
+        """Check every hyperparameter of ``group`` (the constructor, ``add_param_group``,
+        ``load_state_dict`` and every ``step`` use it); numbers must be finite except ``c`` and ``pre_c``,
+        whose ``inf`` turns that clip off. ``lr`` may be a 0-d real tensor (as in ``torch.optim.Muon``): its
+        value is checked here except ``at_step`` (where reading it would be a host sync)."""
         check_finite_hyperparameters(group)
         check_choice(group["post"], "post", POST_TRANSFORMS)
         check_choice(group["pre"], "pre", PRE_TRANSFORMS)
-        check_scalar(group["lr"], "lr", low=0.0, allow_tensor=False)
+        lr = group["lr"]
+        if isinstance(lr, torch.Tensor):
+            if lr.ndim != 0 or not lr.is_floating_point():
+                raise TypeError(f"lr must be a number or a 0-d floating tensor, got a {lr.dtype} tensor "
+                                f"of shape {tuple(lr.shape)}")
+            if not at_step and value_checks_enabled() and not bool(torch.isfinite(lr)):
+                raise ValueError(f"lr must be a finite number >= 0, got {lr}")
+            if not at_step:
+                check_scalar(lr, "lr", low=0.0)
+        else:
+            check_scalar(lr, "lr", low=0.0, allow_tensor=False)
         check_scalar(group["peak_lr"], "peak_lr", low=0.0, allow_tensor=False)
         check_scalar(group["weight_decay"], "weight_decay", low=0.0, allow_tensor=False)
         check_scalar(group["c"], "c", low=0.0, low_inclusive=False, allow_tensor=False)
@@ -507,27 +543,63 @@ class Spectra(torch.optim.Optimizer):
         if sparse:
             raise ValueError(f"sparse gradients are not supported (shapes {sparse}); use a dense embedding "
                              "(nn.Embedding(sparse=False)) or a sparse optimizer such as torch.optim.SparseAdam")
+        for i, group in enumerate(self.param_groups):
+            self._check_step_hyperparameters(i, group)
         ok = self._finite_flag(grads)
-        skipped = (1 - ok).to(torch.int64)
+        for group in self.param_groups:  # tensor hyperparameters (a tensor lr): folded in, never read
+            ok = ok * self._tensor_hyper_flag(group, ok.device)
+        self._post_flags = []
         for group in self.param_groups:
             self._step_group(group, ok)
+        taken = ok
+        for f in self._post_flags:  # a batch whose post-transform gave a non-finite update was not applied
+            taken = taken * f.to(ok.device, non_blocking=True)
+        self._post_flags = []
+        skipped = (1 - taken).to(torch.int64)
+        for group in self.param_groups:
             if group["skipped_steps"].device != ok.device:
                 group["skipped_steps"] = group["skipped_steps"].to(ok.device)
             group["skipped_steps"].add_(skipped)
             group["steps_taken"] += 1
         return loss
 
+    def _check_step_hyperparameters(self, index: int, group: dict) -> None:
+        """Re-validate a group's hyperparameters at step time: a scheduler or user code may have set them
+        after construction (``group["lr"] = float("nan")``, ``betas = (1.0, 0.999)``, ``post = "bogus"``).
+        Python numbers cost no host sync to check, so a bad one raises ``ValueError`` naming the group and the
+        argument before anything is modified; tensor values (a tensor ``lr``) are not read here but folded
+        into the step's skip flag (:meth:`_tensor_hyper_flag`)."""
+        try:
+            self._validate(group, at_step=True)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"param group {index}: {e} (checked at step time; it was changed after "
+                          "construction)") from None
+
+    @staticmethod
+    def _tensor_hyper_flag(group: dict, device: torch.device) -> torch.Tensor:
+        """0-d fp32 on ``device``: 1 unless a tensor hyperparameter (``lr``) is non-finite or negative; a step
+        with such a value is skipped and counted in ``skipped_steps`` (no host read)."""
+        lr = group["lr"]
+        if not isinstance(lr, torch.Tensor):
+            return torch.ones((), device=device)
+        lr = lr.detach().to(device=device, dtype=torch.float32, non_blocking=True)
+        return (torch.isfinite(lr) & (lr >= 0)).float()
+
     def _step_group(self, group: dict, ok: torch.Tensor) -> None:
         base = BASES[group["base"]]
         k, lr = group["steps_taken"], group["lr"]
-        c_k = clip_threshold(group["c"], k, lr, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
+        # the warm-up rule c_k = c peak_lr / lr_k needs lr_k's value: a tensor lr is read during warm-up only
+        lr_c = float(lr) if isinstance(lr, torch.Tensor) and k < group["warmup_steps"] else lr
+        if isinstance(lr, torch.Tensor):  # a bad value skips the step (_tensor_hyper_flag); keep 0 * lr finite
+            lr = torch.nan_to_num(lr.detach(), nan=0.0, posinf=0.0, neginf=0.0).clamp_min(0.0)
+        c_k = clip_threshold(group["c"], k, lr_c, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
         pre_c = group["pre_c"]
         post_dtype = None if group["post_dtype"] is None else _DTYPES[group["post_dtype"]]
         pre_c_k = (
             None
             if pre_c is None
             else clip_threshold(
-                pre_c, k, lr, group["peak_lr"], group["warmup_steps"], group["pre_c_schedule"]
+                pre_c, k, lr_c, group["peak_lr"], group["warmup_steps"], group["pre_c_schedule"]
             )
         )
         if pre_c_k == math.inf:  # pre_c = inf: no pre-clip
@@ -568,7 +640,7 @@ class Spectra(torch.optim.Optimizer):
                 torch._foreach_copy_(views, grads)
                 buf.masked_fill_(~ok_b, 0.0)
             if chain and identity:
-                decay = 1 - lr_wd * ok_d if lr_wd != 0 else None
+                decay = 1 - lr_wd * ok_d if _nonzero(lr_wd) else None
 
                 def store(i, params=params, views=views, decay=decay):
                     if decay is not None:
@@ -585,6 +657,10 @@ class Spectra(torch.optim.Optimizer):
                     res = self._pre_transform_groups([pre])[0]
                     if res is not buf:
                         buf.copy_(res)
+                    # a non-finite pre-clip output: neither the state nor the parameters of this batch move
+                    fin = self._finite_(buf)
+                    self.__dict__.setdefault("_post_flags", []).append(fin)
+                    ok_d = ok_d * fin
                 elif group["vector_clip"]:
                     w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), pre_c_k))
             scale = (-lr * alpha) * ok_d  # the update is p <- (1 - lr wd ok) p + scale * post(U)
@@ -605,6 +681,12 @@ class Spectra(torch.optim.Optimizer):
             else:
                 w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), c_k))
                 upd = buf
+            if not identity and kind == "matrix":
+                # a non-finite update (a post-transform that broke down) is not applied: this batch's
+                # parameters keep their values and the step counts as skipped (no host read)
+                fin = self._finite_(upd)
+                self.__dict__.setdefault("_post_flags", []).append(fin)
+                ok_d, scale = ok_d * fin, scale * fin
             # (4) p <- (1 - lr wd ok) p + scale * upd, cancelled when ok = 0
             if kind == "matrix":
                 deltas = [d.view(p.shape) for d, p in zip(upd.unbind(0), params)]
@@ -614,12 +696,23 @@ class Spectra(torch.optim.Optimizer):
             self._apply_update(params, deltas, lr_wd, ok_d, None if identity else scale, per_tensor, upd)
 
     @staticmethod
+    def _finite_(x: torch.Tensor) -> torch.Tensor:
+        """0-d tensor (x's dtype): 1 if every entry of ``x`` is finite, else 0; then zeroes ``x``'s non-finite
+        entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x``, no host read."""
+        if not x.numel():
+            return x.new_ones(())
+        lo, hi = torch.aminmax(x)
+        fin = (torch.isfinite(lo) & torch.isfinite(hi)).to(x.dtype)
+        torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
+        return fin
+
+    @staticmethod
     def _apply_update(params, deltas, lr_wd: float, ok: torch.Tensor, scale, per_tensor: bool, upd) -> None:
         """``p <- (1 - lr wd ok) p + scale * delta`` for every parameter (``scale``: None or a 0-d tensor;
         ``upd``: the tensor that ``deltas`` view, ours to modify): scale, decay, then add (three roundings,
         in this order on every path; a fused ``addcmul`` would round differently on some CPUs). On CPU
         tensor by tensor, so that each delta and parameter stays in cache for the three operations."""
-        decay = 1 - lr_wd * ok if lr_wd != 0 else None
+        decay = 1 - lr_wd * ok if _nonzero(lr_wd) else None
         if per_tensor:
             for p, d in zip(params, deltas):
                 if scale is not None:

@@ -33,6 +33,8 @@ optimizer calls it once per (shape, dtype) batch. Names:
   ``"entropy"``) and strength ``b`` (Jiang, Semenov & Stich 2026, §3.1, App. E.3; ``linalg.spectral_lmo``);
 - ``linf_fw``: ``(||U||_1 / b) clip^sp_{b c / ||U||_1}(sign(U))``, the approximate Frank–Wolfe step of the
   l_inf-regularised subproblem (Signum with a post spectral clip, §3.1); give it the momentum, not its sign;
+  spectral norm ``<= c (1 + 1e-3)`` (the hard cap's accuracy, also for nearly rank-1 sign matrices far above
+  the cap);
 - ``none``: identity.
 
 (``U = P diag(s) Q^T``; the singular vectors are kept.) ``spectrakit.linalg`` is imported lazily,

@@ -176,9 +176,16 @@ def test_six_passes_hold_the_caps_over_the_whole_fp32_range(k):
     assert float(top) <= 1 + 1e-3
 
 
-def test_default_passes_are_three_and_more_passes_refine():
+def test_default_passes_follow_the_spread_and_more_passes_refine():
+    """Default passes: from the spread with value checks on (5 at 1e30: the cap holds), 3 without (no host
+    read)."""
+    from spectrakit._checks import no_value_checks
+
     w = _sym16() * 1e30
-    assert torch.equal(L.eig_clip(w, -1, 1), L.eig_clip(w, -1, 1, passes=3))
+    assert torch.equal(L.eig_clip(w, -1, 1), L.eig_clip(w, -1, 1, passes=5))
+    assert float(torch.linalg.matrix_norm(L.eig_clip(w, -1, 1).double(), ord=2)) <= 1 + 1e-3
+    with no_value_checks():
+        assert torch.equal(L.eig_clip(w, -1, 1), L.eig_clip(w, -1, 1, passes=3))
     tops = [float(torch.linalg.matrix_norm(L.eig_clip(w, -1, 1, passes=p).double(), ord=2)) for p in (3, 4, 5)]
     assert tops[0] > 10 and tops[0] > tops[1] > tops[2] and tops[2] <= 1 + 1e-3
 

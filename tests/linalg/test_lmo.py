@@ -77,7 +77,7 @@ def _away(g, b):
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("reg,p", REGS, ids=[f"{r}{p or ''}" for r, p in REGS])
 def test_polar_matches_svd_oracle_fp32_fp64(reg, p, shape):
-    gen = torch.Generator().manual_seed(hash((reg, p, shape)) % 1000)
+    gen = torch.Generator().manual_seed(REGS.index((reg, p)) * 10 + SHAPES.index(shape))
     for kind in ("gauss", "spike", "logspec"):
         g = _matrix(shape, kind, gen)
         sv = np.linalg.svd(np64(g), compute_uv=False)
@@ -96,7 +96,7 @@ def test_polar_matches_svd_oracle_fp32_fp64(reg, p, shape):
                 b = _away(g, b)
             for d in (0.5, 3.0, 100.0):
                 ref = _oracle(g, reg, b, d, p)
-                tols = (tol_wide if wide_span else 1e-3, 1e-3 if wide_span else 2e-5)
+                tols = (tol_wide if wide_span else 1e-3, 1e-3 if wide_span else 5e-5)
                 for dt, tol in zip((torch.float32, torch.float64), tols):
                     out = spectral_lmo(g.to(dt), reg, b=b, radius=d, p=p)
                     assert out.dtype == dt and out.shape == g.shape

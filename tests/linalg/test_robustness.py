@@ -48,7 +48,7 @@ def _svals(t: torch.Tensor) -> torch.Tensor:
                                         ("zero_rows", (24, 16)), ("spike", (16, 40))])
 @pytest.mark.parametrize("steps", [None, 13])
 def test_soft_clip_never_exceeds_c_nor_s(dtype, kind, shape, steps):
-    gen = torch.Generator().manual_seed(hash((kind, shape)) % 1000)
+    gen = torch.Generator().manual_seed(sum(shape) * 7 + len(kind))  # explicit integers (hash() varies per run)
     x64 = _matrix(kind, *shape, gen)
     for scale in SCALES:
         x = (x64 * scale).to(torch.float32 if dtype == torch.bfloat16 else dtype)
