@@ -67,6 +67,7 @@ from itertools import chain
 import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar
+from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, state_dtype
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
@@ -149,7 +150,11 @@ class Spectra(torch.optim.Optimizer):
         post_steps: iteration count passed to the iterative post/pre-transforms (None: their default).
         post_dtype: compute dtype of the iterative post/pre-transforms: None (the work dtype, fp32 for
             fp32/bf16 params), ``"bfloat16"``, ``"float32"`` or ``"float64"`` (a string, so that state dicts
-            stay loadable with ``weights_only=True``).
+            stay loadable with ``weights_only=True``). ``"bfloat16"`` is used only on devices whose bf16
+            matmuls are hardware-accelerated (:func:`spectrakit.linalg.bf16_matmul_fast`: CUDA compute
+            capability >= 8.0, CPUs with AMX; override with ``SPECTRAKIT_BF16_MATMUL=1``); elsewhere bf16
+            products are emulated (40-80x slower than fp32, measured) and the work dtype is used instead.
+            The default soft clip also keeps fp32 on CPUs with AMX (see ``optim.transforms``).
         vector_clip: if True, 1-D/0-d parameters get the smooth vector clip
             ``u / sqrt(1 + ||u||^2 / c^2)`` as post-transform (and as pre-transform when ``pre_c`` is set);
             ``"reference"``: the paper's discontinuous rule (``u`` unchanged while ``||u|| <= c``, else the
@@ -561,6 +566,8 @@ class Spectra(torch.optim.Optimizer):
             # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
             buf = views = w = load = store = pre = res = upd = deltas = None
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
+            # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
+            pdt = None if post_dtype == torch.bfloat16 and not bf16_matmul_fast(dev) else post_dtype
             per_tensor = self._per_tensor(dev)
             ok_d = ok.to(device=dev, dtype=wdt, non_blocking=True)
             grads = [p.grad for p in params]
@@ -605,7 +612,7 @@ class Spectra(torch.optim.Optimizer):
             if pre_c_k is not None:
                 if kind == "matrix":
                     pre = {"U": buf, "params": params, "stage": "pre", "post": group["pre"], "c": pre_c_k,
-                           "steps": group["post_steps"], "dtype": post_dtype}
+                           "steps": group["post_steps"], "dtype": pdt}
                     res = self._pre_transform_groups([pre])[0]
                     if res is not buf:
                         buf.copy_(res)
@@ -624,7 +631,7 @@ class Spectra(torch.optim.Optimizer):
             elif kind == "matrix":
                 upd = self._post_transform_groups(
                     [{"U": buf, "params": params, "stage": "post", "post": post, "c": c_k,
-                      "steps": group["post_steps"], "dtype": post_dtype, "post_kwargs": post_kwargs(group, post)}]
+                      "steps": group["post_steps"], "dtype": pdt, "post_kwargs": post_kwargs(group, post)}]
                 )[0]  # the work tensor or a fresh output: ours to modify
             else:
                 w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), c_k))
