@@ -15,7 +15,9 @@ a bf16 compute dtype there only slows the step down.
    ``/proc/cpuinfo`` (Linux; other systems: not detected, use the override); other devices: True (no
    fallback where nothing is known).
 
-The answer is computed on the host (no tensor values are read): safe in hot paths.
+The answer is computed on the host (no tensor values are read): safe in hot paths. Under
+``torch.compile`` it is a constant of the compiled graph (taken when the graph is compiled; an override
+set later applies after ``torch._dynamo.reset()``), so it adds no graph break.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ def _env() -> bool | None:
     raise ValueError(f"{ENV_VAR} must be one of 1, 0, true, false, on, off, auto; got {raw!r}")
 
 
+@torch.compiler.assume_constant_result
 def bf16_matmul_fast(device: torch.device | str | None = None) -> bool:
     """Whether bfloat16 matrix products are hardware-accelerated on ``device`` (default: CPU), i.e. whether a
     bf16 compute dtype can make a matrix function faster than float32 there (see the module docstring for
