@@ -251,6 +251,107 @@ def bench(preset: str, device: str, reps: int) -> tuple[list[dict], dict]:
     return rows, info
 
 
+def width_shapes(d: int) -> list[tuple[int, ...]]:
+    """The 2-layer LLaMA parameter set of width ``d``: SwiGLU hidden ``8d/3`` rounded up to a multiple of 64,
+    vocab 2048 (d = 192 is the ``small`` preset)."""
+    return llama_shapes(d, 2, -(-8 * d // 3 // 64) * 64, 2048)
+
+
+def ns_flops(shapes) -> float:
+    """Matmul FLOPs of 10 coupled Newton-Schulz steps per matrix (Gram, 30 products of m x m, final product)."""
+    total = 0.0
+    for s in shapes:
+        if len(s) >= 2:
+            m, n = sorted((s[0], math.prod(s[1:])))
+            total += 4 * m * m * n + 60 * m**3
+    return total
+
+
+def _timed_step(opt, device, ctx) -> float:
+    with ctx():
+        return time_fn(opt.step, device, warmup=0, reps=1)
+
+
+def bench_widths(widths, device: str, reps: int, max_bf16_s: float) -> list[dict]:
+    """For each width: step times of the optimizers in interleaved rounds (one step of each per round),
+    medians of the per-round ratios to torch AdamW and to the two Newton-Schulz yardsticks (the paper's
+    Alg. 1 + 3 with 10 steps as the optimizer computes it: ``post="soft_clip_ns"``, in bf16 and in fp32),
+    and the peak extra memory of one step. The bf16 yardstick forces bf16 (``bf16_matmul_override(True)``:
+    the published algorithm computes in bf16 whatever the hardware); it is skipped where its estimated
+    step (FLOPs / measured bf16 matmul rate) exceeds ``max_bf16_s`` seconds (emulated bf16)."""
+    import contextlib
+
+    from spectrakit.linalg import bf16_matmul_override
+
+    cuda = device.startswith("cuda")
+    plain = contextlib.nullcontext
+    rows = []
+    for d in widths:
+        shapes = width_shapes(d)
+        gen = torch.Generator(device=device).manual_seed(d)
+        init = [torch.randn(s, device=device, generator=gen) * 0.02 for s in shapes]
+        grads = [torch.randn(s, device=device, generator=gen) * 1e-2 for s in shapes]
+        largest = max(t.numel() * t.element_size() for t in init)
+        bf16_rate = matmul_tflops(device, torch.bfloat16, d) * 1e12
+        est_bf16_s = ns_flops(shapes) / bf16_rate
+        makers = {
+            "torch AdamW (" + ("fused" if cuda else "foreach") + ")": (
+                lambda ps: torch.optim.AdamW(ps, lr=1e-3, **(dict(fused=True) if cuda else dict(foreach=True))), plain),
+            "SpectraAdamW": (lambda ps: SpectraAdamW(ps, lr=1e-3), plain),
+            "SpectraAdamW (post_dtype=bfloat16)": (lambda ps: SpectraAdamW(ps, lr=1e-3, post_dtype="bfloat16"), plain),
+            "yardstick NS10 fp32": (lambda ps: SpectraAdamW(ps, lr=1e-3, post="soft_clip_ns"), plain),
+        }
+        if est_bf16_s <= max_bf16_s:
+            makers["yardstick NS10 bf16"] = (
+                lambda ps: SpectraAdamW(ps, lr=1e-3, post="soft_clip_ns", post_dtype="bfloat16"),
+                lambda: bf16_matmul_override(True))
+            # what post_dtype="bfloat16" computed before it followed bf16_matmul_fast: the bf16 polar route
+            makers["SpectraAdamW (bf16 polar route, forced)"] = (
+                lambda ps: SpectraAdamW(ps, lr=1e-3, post="soft_clip_accurate", post_dtype="bfloat16"),
+                lambda: bf16_matmul_override(True))
+        opts = {}
+        for name, (make, ctx) in makers.items():
+            ps = [torch.nn.Parameter(t.clone()) for t in init]
+            for p, g in zip(ps, grads):
+                p.grad = g.clone()
+            opt = make(ps)
+            with ctx():
+                opt.step()  # allocate state
+                extra = cpu_peak_extra_bytes(opt.step) if not cuda else None
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                with ctx():
+                    opt.step()
+                torch.cuda.synchronize()
+                extra = torch.cuda.max_memory_allocated() - base
+            opts[name] = (opt, ctx, extra)
+        times = {name: [] for name in opts}
+        for _ in range(reps):  # interleaved rounds: one step of each optimizer per round
+            for name, (opt, ctx, _) in opts.items():
+                times[name].append(_timed_step(opt, device, ctx))
+
+        def med(xs):
+            return sorted(xs)[len(xs) // 2]
+
+        base_name = next(iter(opts))
+        for name, (_, _, extra) in opts.items():
+            row = {"d": d, "optimizer": name, "step ms": med(times[name])}
+            for label, ref in (("/ torch AdamW", base_name), ("/ NS10 bf16", "yardstick NS10 bf16"),
+                               ("/ NS10 fp32", "yardstick NS10 fp32")):
+                row[label] = (med([a / b for a, b in zip(times[name], times[ref])]) if ref in times
+                              else float("nan"))
+            row["peak extra MiB"] = extra / 2**20
+            row["extra / largest param"] = extra / largest
+            rows.append(row)
+        if "yardstick NS10 bf16" not in opts:
+            rows.append({"d": d, "optimizer": f"yardstick NS10 bf16: skipped, estimated {est_bf16_s:.0f} s/step "
+                         f"(bf16 matmul {bf16_rate / 1e9:.1f} GFLOP/s at n={d})"})
+        del opts
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -263,9 +364,39 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
+    parser.add_argument("--widths", default=None,
+                        help="comma-separated model widths, e.g. 192,256,512,1024: 2-layer LLaMA parameter sets "
+                             "(vocab 2048), interleaved rounds, ratios to torch AdamW and to the 10-step "
+                             "Newton-Schulz soft clip in bf16 and fp32")
+    parser.add_argument("--max-bf16-s", type=float, default=30.0,
+                        help="with --widths: skip the bf16 yardstick where its estimated step exceeds this many "
+                             "seconds (bf16 products emulated in software)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.widths:
+        try:
+            widths = [int(w) for w in args.widths.split(",")]
+            if not widths or min(widths) < 8:
+                raise ValueError
+        except ValueError:
+            parser.error(f"--widths must be comma-separated integers >= 8, got {args.widths!r}")
+        load = os.getloadavg()
+        rows = bench_widths(widths, args.device, args.reps, args.max_bf16_s)
+        env = environment()
+        from spectrakit.linalg import bf16_matmul_fast
+
+        text = (
+            f"### optim: step time by width (2-layer LLaMA, vocab 2048), interleaved rounds\n\n"
+            f"device: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · "
+            f"CPU capability {torch.backends.cpu.get_cpu_capability()} · bf16 matmuls fast: "
+            f"{bf16_matmul_fast(args.device)} · {env['date']} · load average {load[0]:.1f} (start), "
+            f"{os.getloadavg()[0]:.1f} (end)\n\ncommand: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
+        )
+        print(text)
+        if not args.no_write:
+            write_section(f"optim-widths-{'cuda' if args.device.startswith('cuda') else 'cpu'}-{args.widths}", text)
+        return
     preset = args.preset or ("124m" if args.device.startswith("cuda") else "small")
     rows, info = bench(preset, args.device, args.reps)
     env = environment()

@@ -11,6 +11,7 @@ CUDA, has an ``"exact"`` (float64 SVD/eigh) reference path, and, with value chec
   :func:`eig_stepfun`, :func:`proj_psd`, :func:`proj_nsd`
 - regularised linear minimisation over the spectral-norm ball: :func:`spectral_lmo`
 - norms: :func:`spectral_norm` (power iteration with warm start), :func:`subspace_distance`
+- precision: :func:`bf16_matmul_fast` (are bf16 matmuls hardware-accelerated here? with an override)
 """
 
 from .eig import eig_clip, eig_hardcap, eig_relu, eig_stepfun, proj_nsd, proj_psd, sym
@@ -18,11 +19,14 @@ from .hard_clip import spectral_clip, spectral_hardcap, spectral_relu
 from .lmo import spectral_lmo
 from .norms import spectral_norm, subspace_distance
 from .polar import msign, orthogonalize
+from .precision import bf16_matmul_fast, bf16_matmul_override, set_bf16_matmul_fast
 from .schedules import SCHEDULES, polar_express_coeffs
 from .soft_clip import soft_clip
 
 __all__ = [
     "SCHEDULES",
+    "bf16_matmul_fast",
+    "bf16_matmul_override",
     "eig_clip",
     "eig_hardcap",
     "eig_relu",
@@ -32,6 +36,7 @@ __all__ = [
     "polar_express_coeffs",
     "proj_nsd",
     "proj_psd",
+    "set_bf16_matmul_fast",
     "soft_clip",
     "spectral_clip",
     "spectral_hardcap",

@@ -123,6 +123,8 @@ class Muon(Spectra):
         post_dtype="bfloat16",
     )
 
+    exact_bf16 = True  # torch.optim.Muon's bf16 Newton-Schulz, also where bf16 matmuls are emulated
+
     def __init__(self, params, **kwargs):
         super().__init__(params, **_muon_opts(self.preset, kwargs))
 
@@ -142,6 +144,8 @@ class DMuon(Spectra):
         nesterov=True,
         post_dtype="bfloat16",
     )
+
+    exact_bf16 = True
 
     def __init__(self, params, **kwargs):
         super().__init__(params, **_muon_opts(self.preset, kwargs))

@@ -84,6 +84,7 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, value_checks_enabled
 from spectrakit._groups import check_finite_hyperparameters, check_group_keys
+from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, state_dtype
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
@@ -145,7 +146,13 @@ class Spectra(torch.optim.Optimizer):
         post_steps: iteration count passed to the iterative post/pre-transforms (None: their default).
         post_dtype: compute dtype of the iterative post/pre-transforms: None (the work dtype, fp32 for
             fp32/bf16 params), ``"bfloat16"``, ``"float32"`` or ``"float64"`` (a string, so that state dicts
-            stay loadable with ``weights_only=True``).
+            stay loadable with ``weights_only=True``). ``"bfloat16"`` is used only on devices whose bf16
+            matmuls are hardware-accelerated (:func:`spectrakit.linalg.bf16_matmul_fast`: CUDA compute
+            capability >= 8.0, CPUs with AMX; override with ``SPECTRAKIT_BF16_MATMUL=1``); elsewhere bf16
+            products are emulated (40-80x slower than fp32, measured) and the work dtype is used instead.
+            The default soft clip also keeps fp32 on CPUs with AMX (see ``optim.transforms``). The presets
+            named after a published optimizer (:class:`Muon`, :class:`DMuon`) keep its bf16 arithmetic
+            everywhere (``exact_bf16 = True``), so they equal ``torch.optim.Muon`` bit for bit.
         vector_clip: if True, 1-D/0-d parameters get the smooth vector clip
             ``u / sqrt(1 + ||u||^2 / c^2)`` as post-transform (and as pre-transform when ``pre_c`` is set);
             ``"reference"``: the paper's discontinuous rule (``u`` unchanged while ``||u|| <= c``, else the
@@ -272,6 +279,8 @@ class Spectra(torch.optim.Optimizer):
     # ``sharded(cls)`` of :mod:`spectrakit.optim.sharding`, which sets it when imported (``spectrakit.optim``
     # imports it, so it is always set): that module builds on this one, which therefore cannot import it.
     _sharded_class = None
+    # presets named after a published optimizer keep its arithmetic: bf16 stays bf16 even where emulated
+    exact_bf16 = False
 
     def _take_sharded_path(self, group: dict) -> None:
         """FSDP2 (DTensor) parameters in a plain optimizer: become ``spectrakit.distributed.sharded(type(self))``
@@ -609,6 +618,10 @@ class Spectra(torch.optim.Optimizer):
             # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
             buf = views = w = load = store = pre = res = upd = deltas = None
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
+            # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
+            pdt = post_dtype
+            if post_dtype == torch.bfloat16 and not self.exact_bf16 and not bf16_matmul_fast(dev):
+                pdt = None
             per_tensor = self._per_tensor(dev)
             ok_d = ok.to(device=dev, dtype=wdt, non_blocking=True)
             grads = [p.grad for p in params]
@@ -653,7 +666,7 @@ class Spectra(torch.optim.Optimizer):
             if pre_c_k is not None:
                 if kind == "matrix":
                     pre = {"U": buf, "params": params, "stage": "pre", "post": group["pre"], "c": pre_c_k,
-                           "steps": group["post_steps"], "dtype": post_dtype}
+                           "steps": group["post_steps"], "dtype": pdt}
                     res = self._pre_transform_groups([pre])[0]
                     if res is not buf:
                         buf.copy_(res)
@@ -676,7 +689,7 @@ class Spectra(torch.optim.Optimizer):
             elif kind == "matrix":
                 upd = self._post_transform_groups(
                     [{"U": buf, "params": params, "stage": "post", "post": post, "c": c_k,
-                      "steps": group["post_steps"], "dtype": post_dtype, "post_kwargs": post_kwargs(group, post)}]
+                      "steps": group["post_steps"], "dtype": pdt, "post_kwargs": post_kwargs(group, post)}]
                 )[0]  # the work tensor or a fresh output: ours to modify
             else:
                 w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), c_k))

@@ -15,7 +15,8 @@ optimizer calls it once per (shape, dtype) batch. Names:
   Polar-Express steps on ``U U^T + c^2 I``, fp32: 0.72-0.76x the paper's Newton-Schulz FLOPs, 1.5-1.7x
   faster than ``soft_clip`` on CPU; relative error <= 1e-3 only for ``sigma_max(U)/c <= 300``, tested;
   beyond that a safe under-shoot, e.g. ~2e-2 at 1e3). A bfloat16 compute dtype uses the accurate route
-  (the bf16 Gram phase diverges);
+  (the bf16 Gram phase diverges) on GPUs; on CPU it computes in fp32 (the bf16 route was measured slower
+  there: 1.28-1.5x with AMX bf16 units, 40-80x without);
 - ``soft_clip_ns``: the same map by the paper's Alg. 1 + 3 (``linalg.soft_clip(method="newton_schulz")``,
   10 coupled Newton-Schulz steps on the Gram matrix: fewer FLOPs for very wide matrices, but the small
   singular values are under-amplified when ``sigma_max/c >~ 100``);
@@ -93,6 +94,15 @@ def _soft_clip_accurate(U, c, steps=None, dtype=None):
         return _linalg().soft_clip(U, c, steps=steps, dtype=dtype)
 
 
+def _fast_dtype(U, dtype):
+    """Compute dtype of the fast soft clip: a bfloat16 request on a CPU tensor computes in float32 (U's
+    dtype when float64), since the bf16 route iterates on the tall matrix and was measured slower than the
+    fp32 Gram route on every CPU: 1.28-1.5x with AMX bf16 units, 40-80x without (emulated products)."""
+    if dtype == torch.bfloat16 and U.device.type == "cpu":
+        return torch.float64 if U.dtype == torch.float64 else torch.float32
+    return dtype
+
+
 def _inplace_ok(U, dtype) -> bool:
     return U.dtype in (torch.float32, torch.float64) and (dtype is None or dtype == U.dtype)
 
@@ -101,7 +111,9 @@ def _soft_clip_fast(U, c, steps=None, dtype=None):
     """Fast Gram-only soft clip: ``linalg.soft_clip.soft_clip_fast_`` on a contiguous copy of ``U`` (the
     iteration of ``linalg.soft_clip(tall_steps=0)``, equal to it to rounding, and bit-identical to the
     optimizer's in-place call on its contiguous work tensor); other compute dtypes go through
-    ``linalg.soft_clip(tall_steps=0)``, bf16 through the accurate route (the bf16 Gram phase diverges)."""
+    ``linalg.soft_clip(tall_steps=0)``, bf16 through the accurate route (the bf16 Gram phase diverges),
+    except on CPU, where bf16 computes in fp32 (see :func:`_fast_dtype`)."""
+    dtype = _fast_dtype(U, dtype)
     if _inplace_ok(U, dtype):
         return _soft_clip_fast_inplace(U.clone(memory_format=torch.contiguous_format), c, steps, dtype)
     cdt = U.dtype if dtype is None else dtype
@@ -114,6 +126,7 @@ def _soft_clip_fast_inplace(U, c, steps=None, dtype=None):
     """:func:`_soft_clip_fast` that overwrites ``U`` and returns it (``linalg.soft_clip.soft_clip_fast_``, no
     full-size temporary) when ``U`` is float32/float64 and the compute dtype is ``U``'s; otherwise the
     out-of-place route (``U`` unchanged, a new tensor returned)."""
+    dtype = _fast_dtype(U, dtype)
     if not _inplace_ok(U, dtype):
         return _soft_clip_fast(U, c, steps, dtype)
     from spectrakit.linalg.soft_clip import soft_clip_fast_

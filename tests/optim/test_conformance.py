@@ -1,5 +1,6 @@
 """Presets that carry a published name against the published optimizer, step by step: ``Muon``/``DMuon``
-against ``torch.optim.Muon`` (Jordan et al. 2024; Liu et al. 2025)."""
+against ``torch.optim.Muon`` (Jordan et al. 2024; Liu et al. 2025). Our steps run with bf16 forced on
+(``bf16_matmul_override(True)``): where bf16 matmuls are emulated the presets compute in fp32 instead."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import spectrakit.optim as O
+from spectrakit.linalg import bf16_matmul_override
 
 SHAPES = [(64, 192), (192, 64), (32, 32), (48, 16)]
 
@@ -25,7 +27,8 @@ def _run(make, grads):
     for gs in grads:
         for p, g in zip(params, gs):
             p.grad = g.clone()
-        opt.step()
+        with bf16_matmul_override(True):
+            opt.step()
     return [p.detach() for p in params], opt
 
 

@@ -96,7 +96,8 @@ def test_inplace_soft_clip_peak_is_small(shape):
 
 def test_inplace_transform_overwrites_only_via_the_optimizer_hook():
     """``POST_TRANSFORMS["soft_clip"]`` keeps its input; its ``inplace`` variant (the optimizer's) writes
-    the same result into it; a bf16 compute dtype falls back to the out-of-place route."""
+    the same result into it; on CPU a bf16 compute dtype computes in fp32 (in place, the same result), and
+    another compute dtype falls back to the out-of-place route."""
     g = torch.Generator().manual_seed(3)
     U = torch.randn(4, 24, 80, generator=g)
     keep = U.clone()
@@ -108,5 +109,9 @@ def test_inplace_transform_overwrites_only_via_the_optimizer_hook():
     torch.testing.assert_close(res, out, rtol=0, atol=0)  # bit-identical: same route, same layout
     V = keep.clone()
     res16 = fn.inplace(V, 0.5, None, torch.bfloat16)
-    assert res16 is not V
-    torch.testing.assert_close(V, keep, rtol=0, atol=0)
+    assert res16 is V
+    torch.testing.assert_close(res16, out, rtol=0, atol=0)
+    W = keep.clone()
+    res64 = fn.inplace(W, 0.5, None, torch.float64)
+    assert res64 is not W
+    torch.testing.assert_close(W, keep, rtol=0, atol=0)

@@ -36,14 +36,18 @@ def test_fast_transform_matches_svd_on_a_batch(shape, ratio):
         assert _rel(out[i], _soft(U[i].double(), c)) <= 1e-3, i
 
 
-def test_fast_transform_bf16_compute_falls_back_to_accurate_route():
-    U = torch.randn(4, 32, 96)
+def test_fast_transform_bf16_compute_on_cpu_is_the_fp32_route():
+    """On CPU a bf16 request computes in fp32 (the bf16 route is slower there): the same result as the
+    fp32 call, and fp32 accuracy; the bf16 accurate route stays available as ``soft_clip_accurate``."""
+    U = torch.randn(4, 32, 96, generator=torch.Generator().manual_seed(11))
     c = float(torch.linalg.matrix_norm(U[0].double(), 2)) / 30
     out = POST_TRANSFORMS["soft_clip_fast"](U, c, dtype=torch.bfloat16)
+    ref = POST_TRANSFORMS["soft_clip_fast"](U, c)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
     acc = POST_TRANSFORMS["soft_clip_accurate"](U, c, dtype=torch.bfloat16)
-    torch.testing.assert_close(out, acc, rtol=0, atol=0)
     for i in range(4):
-        assert _rel(out[i], _soft(U[i].double(), c)) <= 3e-2
+        assert _rel(out[i], _soft(U[i].double(), c)) <= 1e-3
+        assert _rel(acc[i], _soft(U[i].double(), c)) <= 3e-2
 
 
 def test_accurate_name_is_registered_and_differs_beyond_300():
