@@ -120,8 +120,9 @@ def _is_user_error(exc: BaseException) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; user errors give one line on stderr and exit status 2 (``SPECTRAKIT_DEBUG=1``
-    shows their traceback too)."""
+    """Run the command line. Every error is one line ``error: ...`` on stderr, never a traceback: exit status 2
+    for a user error (a bad option, a missing or foreign file), 1 for a failure that other arguments would not
+    fix (``SPECTRAKIT_DEBUG=1`` shows the traceback)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
@@ -137,10 +138,20 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        if not _is_user_error(e) or os.environ.get("SPECTRAKIT_DEBUG"):
+        if os.environ.get("SPECTRAKIT_DEBUG"):
             raise
-        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
-        return 2
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if _is_user_error(e):
+            print(f"error: {text}", file=sys.stderr)
+            return 2
+        # a failure that other arguments would not fix (unreadable checkpoints, a full disk, a bug): one line,
+        # exit status 1; the traceback stays available for a bug report
+        from spectrakit.train.checkpoint import CheckpointError
+
+        if not isinstance(e, (CheckpointError, OSError)):
+            text = f"{type(e).__name__}: {text} (unexpected; SPECTRAKIT_DEBUG=1 shows where)"
+        print(f"error: {text}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -27,7 +27,7 @@ import time
 import torch
 
 from spectrakit._checks import check_choice, check_int
-from spectrakit._cliargs import int_list, name_list, positive_int
+from spectrakit._cliargs import int_list, name_list, positive_int, tokenizer_name
 from spectrakit.data.batches import TokenBatches
 from spectrakit.data.corpora import CORPORA
 from spectrakit.data.tokens import prepare, unigram_entropy
@@ -453,7 +453,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="model preset")
     parser.add_argument("--corpus", default="stdlib", choices=sorted(CORPORA),
                         help="text corpus (see spectrakit data list)")
-    parser.add_argument("--tokenizer", default=None, help="'bytes' or 'bpeN' (default: the setting's, bpe4096 on cpu)")
+    parser.add_argument("--tokenizer", default=None, type=tokenizer_name,
+                        help="'bytes' or 'bpeN' (default: the setting's, bpe4096 on cpu)")
     parser.add_argument("--steps", type=positive_int, default=None,
                         help="optimizer steps per run (default: the setting's, 200 on cpu)")
     parser.add_argument("--batch-size", type=positive_int, default=None,
@@ -527,6 +528,9 @@ def _check_out_folder(args: argparse.Namespace) -> None:
         raise UsageError("--resume and --force exclude each other")
     old = run_folders(args.out)
     leftovers = [f for f in ("results.json", "results.md") if os.path.exists(os.path.join(args.out, f))]
+    if args.resume and not old:
+        raise UsageError(f"--resume: --out {args.out} holds no comparison to continue; run without --resume to "
+                         "start one there")
     if not (old or leftovers) or args.resume:
         return
     if not args.force:

@@ -139,15 +139,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spectrakit._cliargs import UsageError
+
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if args.device == "auto" else args.device))
     try:
         shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",") if s]
         dtypes = [DTYPES[d.strip()] for d in args.dtypes.split(",") if d.strip()]
     except (ValueError, KeyError) as e:
-        raise SystemExit(f"--shapes must look like 256x768,512x512 and --dtypes like fp32,bf16 ({e})") from e
+        raise UsageError(f"--shapes must look like 256x768,512x512 and --dtypes like fp32,bf16, from "
+                         f"{', '.join(DTYPES)} ({e})") from None
     if any(len(s) != 2 or min(s) < 2 for s in shapes):
-        raise SystemExit("--shapes: each shape must be MxN with M, N >= 2")
+        raise UsageError("--shapes: each shape must be MxN with M, N >= 2")
     rows = []
     env = environment()
     print(f"## spectrakit ops: matrix functions vs exact SVD/eigh\n\ndevice: {env['device']} · torch {env['torch']} · "
