@@ -54,7 +54,7 @@ def _see_running_site_packages(py):
 def test_wheel_builds_installs_and_imports(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(os.path.join(ROOT, name), src / name)
     shutil.copytree(os.path.join(ROOT, "spectrakit"), src / "spectrakit",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -66,6 +66,9 @@ def test_wheel_builds_installs_and_imports(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "spectrakit/py.typed" in names and "spectrakit/optim/groups.py" in names
     assert not any(n.startswith(("tests/", "examples/")) for n in names)
+    assert any(n.endswith(".dist-info/LICENSE") or "/licenses/LICENSE" in n for n in names), names
+    meta = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+    assert "Requires-Dist: torch>=2.5" in meta and "Classifier: License :: OSI Approved" in meta
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
