@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import traceback
 
@@ -42,7 +43,12 @@ class Parser(argparse.ArgumentParser):
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows each option's default once: not when the help text already names it, nor for flags and
-    options without a default."""
+    options without a default; a list option as ``--seeds SEEDS,...``."""
+
+    def _format_args(self, action, default_metavar):
+        if isinstance(action, _CommaList):
+            return self._metavar_formatter(action, default_metavar)(1)[0]
+        return super()._format_args(action, default_metavar)
 
     def _get_help_string(self, action):
         text = action.help or ""
@@ -52,11 +58,73 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return text + " (default: %(default)s)"
 
 
+# old option spellings kept as hidden aliases for one release: one name per idea across the commands
+ALIASES = {"--max-steps": "--steps", "--D2s": "--radii", "--bs": "--b-values"}
+# commands that read files and compute nothing: no --threads
+NO_THREADS = ("spectrakit report", "spectrakit plot", "spectrakit data list")
+
+
 def _user_text(text: str | None) -> str | None:
-    """Help text as users read it: docstrings reused as descriptions lose their reST literal markup."""
+    """Help text as users read it: docstrings reused as descriptions lose their reST markup (``literal``,
+    :class:`~a.b.Name` -> Name, :mod:`.name` -> name)."""
     if not text:
         return text
+    text = re.sub(r":[a-z]+:`~?\.?([^`]*?)`", lambda m: m.group(1).rpartition(".")[2] if "~" in m.group(0)
+                  or m.group(0).split("`")[1].startswith(".") else m.group(1), text)
     return text.replace("``", "")
+
+
+class _CommaList(argparse._StoreAction):
+    """A list option: comma-separated (``--seeds 0,1,2``), the one list convention of the command line;
+    the space-separated spelling of earlier releases (``--seeds 0 1 2``) is still accepted."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [v for vs in values for v in vs])
+
+
+def _comma_list(action: argparse.Action):
+    """``type=`` of a list option: one token ``a,b,c`` -> its converted items, checked against ``choices``."""
+    convert, choices = action.type or str, action.choices
+
+    def parse(text: str) -> list:
+        items = []
+        for t in (t.strip() for t in text.split(",")):
+            if not t:
+                continue
+            try:
+                value = convert(t)
+            except (ValueError, argparse.ArgumentTypeError) as e:
+                raise argparse.ArgumentTypeError(f"expected a comma-separated list, {t!r}: {e}") from None
+            if choices is not None and value not in choices:
+                raise argparse.ArgumentTypeError(f"unknown {t!r}; accepted: {', '.join(map(str, choices))}")
+            items.append(value)
+        if not items:
+            raise argparse.ArgumentTypeError("expected at least one value")
+        return items
+
+    parse.__name__ = "list"
+    return parse
+
+
+def _one_convention(parser: argparse.ArgumentParser, action: argparse.Action) -> None:
+    """Comma-separated lists and the common option names (see :data:`ALIASES`) on one option."""
+    if action.option_strings and action.nargs in ("+", "*"):
+        action.type = _comma_list(action)
+        action.choices = None
+        action.__class__ = _CommaList
+        action.metavar = f"{(action.metavar or action.dest.upper()).replace('_', '-')},..."
+        if action.help and "comma-separated" not in action.help:
+            action.help = "comma-separated " + action.help
+        if isinstance(action.default, (list, tuple)):
+            action.default = list(action.default)
+            if action.help and "default" not in action.help.lower():
+                shown = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in action.default)
+                action.help += f" (default: {shown})"
+    for old, new in ALIASES.items():
+        if old in action.option_strings and new not in parser._option_string_actions:
+            action.option_strings = [new if o == old else o for o in action.option_strings]
+            action.metavar = action.metavar or new.lstrip("-").upper().replace("-", "_")
+            parser._option_string_actions[new] = action  # the old spelling still parses, help shows the new
 
 
 def _harden(parser: argparse.ArgumentParser) -> None:
@@ -65,14 +133,16 @@ def _harden(parser: argparse.ArgumentParser) -> None:
     parser.__class__ = Parser
     parser.formatter_class = HelpFormatter
     parser.description = _user_text(parser.description)
-    for action in parser._actions:
+    for action in list(parser._actions):
+        _one_convention(parser, action)
         if action.help != argparse.SUPPRESS:
             action.help = _user_text(action.help)
         if action.type is float:
             action.type = finite_float
         if action.dest == "device" and action.type is None:
             action.type = device_name
-    if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions) and parser.prog != "spectrakit":
+    if (not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+            and parser.prog not in ("spectrakit", *NO_THREADS)):
         parser.add_argument("--threads", type=positive_int, default=None,
                             help="CPU threads for torch (default: the cores not busy with other work, measured over "
                             "0.2 s at start; OMP_NUM_THREADS when set)")
@@ -128,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 0
-    apply_threads(getattr(args, "threads", None))
+    if hasattr(args, "threads"):  # commands that compute nothing have no --threads
+        apply_threads(args.threads)
     try:
         for flag in ("out",):
             if getattr(args, flag, None):

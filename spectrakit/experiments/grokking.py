@@ -6,8 +6,8 @@ biases) is trained full-batch on a random 80% of the 961 pairs ``(a, b) -> (a + 
 :class:`~spectrakit.manifold.ManifoldSGD` under the RMS→RMS norm, every weight constrained to the RMS→RMS
 ball of radius 4 (``SpectralBall(4, rms=True)``). Three dualizers are compared: the baseline ``naive``
 (unconstrained LMO, then retraction), 1-step alternating projections and PDHG (4 iterations). Reported:
-steps until 50%, 80% and 95% test accuracy and the mean weight delta ``||W_{t+1} - W_t||_F`` (seed:
-tangent-aware dualizers give about 2x larger deltas and grok sooner; 1-step alternating ≈ PDHG).
+steps until 50%, 80% and 95% test accuracy and the mean weight delta ``||W_{t+1} - W_t||_F`` (expected, as in
+Cesista 2025: tangent-aware dualizers give about 2x larger deltas and grok sooner; 1-step alternating ≈ PDHG).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
     table = [{k: v for k, v in r.items() if k not in ("curve", "deltas")} for r in rows]
     command = (f"spectrakit experiment grokking --width {args.width} --lr {args.lr} --radius {args.radius} "
                f"--momentum {args.momentum} --train-fraction {args.train_fraction} "
-               f"--max-steps {args.max_steps} --seeds {' '.join(map(str, args.seeds))}")
+               f"--steps {args.max_steps} --seeds {','.join(map(str, args.seeds))}")
     report("grokking: Addition-mod-31 in the RMS→RMS ball of radius 4", table, args.out,
            command=invocation("experiment", command),
            extra={"curves": [{"dualizer": r["dualizer"], "seed": r["seed"], "curve": r["curve"],
