@@ -420,13 +420,17 @@ def plot(rows: list[dict], out_dir: str, title: str = "") -> list[str]:
         s, linf, fro, sn = zip(*r["_norms"])
         for i, (ax, v) in enumerate(zip(axes, (linf, fro, sn))):
             ax.plot(s, v, color=color, label=label if i == 0 else None)
-    for ax, t in zip(
-        axes, ("aggregated l_inf norm  max|W|", "aggregated Frobenius norm", "max spectral norm ||W||_2")
+    for ax, t, y in zip(
+        axes, ("largest weight entry", "aggregated Frobenius norm", "largest spectral norm"),
+        ("max over layers of max |W_ij|", "sqrt(sum over layers of ||W||_F^2)", "max over layers of ||W||_2"),
     ):
         ax.set_title(t)
         ax.set_xlabel("step")
+        ax.set_ylabel(y)
         ax.grid(alpha=0.3)
-    _legend(fig, axes[0], n_labels)
+    # the legend below the panels, where it hides no curve
+    fig.legend(loc="lower center", ncol=min(max(n_labels, 1), 4), fontsize="small")
+    fig.tight_layout(rect=(0, 0.06 * (1 + (n_labels - 1) // 4), 1, 1))
     paths.append(os.path.join(out_dir, "weight_norms.png"))
     fig.savefig(paths[1], dpi=120)
     plt.close(fig)
@@ -471,7 +475,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.epilog = (
         "Columns of the result table: val_loss and val_ppl (validation cross-entropy in nats and its exp), step_ms "
-        "(mean time of a training step), overhead_% (step time over the same seed's base optimizer), "
+        "(mean time of a training step), overhead_% (step time over that of the base optimizer, same seed), "
         "max_weight_sn (largest spectral norm ||W||_2 of a weight matrix at the end), max_update_sn (largest "
         "spectral norm of one step's applied update direction after the warm-up: what SPECTRA's clip bounds), "
         "agg_linf (largest absolute weight entry max |W_ij| over all matrices at the end) and diverged.")
