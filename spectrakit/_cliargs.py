@@ -4,7 +4,7 @@ Every user error of the command line (a bad value, a missing data set or device,
 folder) is reported as one line ``error: ...`` on stderr with exit status 2, never as a traceback:
 argparse ``type=`` functions reject bad values while parsing, and :class:`UsageError` carries the errors
 found after parsing. Errors raised by the library's own argument checks (:mod:`spectrakit._checks`) are
-reported the same way; every other exception is a bug and keeps its traceback.
+reported the same way. Any other failure is one line too, with exit status 1 (`SPECTRAKIT_DEBUG=1` shows its traceback).
 """
 
 from __future__ import annotations
@@ -81,6 +81,17 @@ def name_list(choices) -> callable:
 
     parse.__name__ = "names"
     return parse
+
+
+def tokenizer_name(text: str) -> str:
+    """``type=`` for ``--tokenizer``: ``bytes`` or ``bpeN`` with N in [258, 65535]."""
+    from spectrakit.data.tokenizer import parse_tokenizer
+
+    try:
+        parse_tokenizer(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("tokenizer must be", "expected")) from None
+    return text
 
 
 def device_name(text: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 import traceback
 
@@ -46,7 +47,12 @@ class Parser(argparse.ArgumentParser):
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows each option's default once: not when the help text already names it, nor for flags and
-    options without a default."""
+    options without a default; a list option as ``--seeds SEEDS,...``."""
+
+    def _format_args(self, action, default_metavar):
+        if isinstance(action, _CommaList):
+            return self._metavar_formatter(action, default_metavar)(1)[0]
+        return super()._format_args(action, default_metavar)
 
     def _get_help_string(self, action):
         text = action.help or ""
@@ -56,11 +62,73 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return text + " (default: %(default)s)"
 
 
+# old option spellings kept as hidden aliases for one release: one name per idea across the commands
+ALIASES = {"--max-steps": "--steps", "--D2s": "--radii", "--bs": "--b-values"}
+# commands that read files and compute nothing: no --threads
+NO_THREADS = ("spectrakit report", "spectrakit plot", "spectrakit data list")
+
+
 def _user_text(text: str | None) -> str | None:
-    """Help text as users read it: docstrings reused as descriptions lose their reST literal markup."""
+    """Help text as users read it: docstrings reused as descriptions lose their reST markup (``literal``,
+    :class:`~a.b.Name` -> Name, :mod:`.name` -> name)."""
     if not text:
         return text
+    text = re.sub(r":[a-z]+:`~?\.?([^`]*?)`", lambda m: m.group(1).rpartition(".")[2] if "~" in m.group(0)
+                  or m.group(0).split("`")[1].startswith(".") else m.group(1), text)
     return text.replace("``", "")
+
+
+class _CommaList(argparse._StoreAction):
+    """A list option: comma-separated (``--seeds 0,1,2``), the one list convention of the command line;
+    the space-separated spelling of earlier releases (``--seeds 0 1 2``) is still accepted."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [v for vs in values for v in vs])
+
+
+def _comma_list(action: argparse.Action):
+    """``type=`` of a list option: one token ``a,b,c`` -> its converted items, checked against ``choices``."""
+    convert, choices = action.type or str, action.choices
+
+    def parse(text: str) -> list:
+        items = []
+        for t in (t.strip() for t in text.split(",")):
+            if not t:
+                continue
+            try:
+                value = convert(t)
+            except (ValueError, argparse.ArgumentTypeError) as e:
+                raise argparse.ArgumentTypeError(f"expected a comma-separated list, {t!r}: {e}") from None
+            if choices is not None and value not in choices:
+                raise argparse.ArgumentTypeError(f"unknown {t!r}; accepted: {', '.join(map(str, choices))}")
+            items.append(value)
+        if not items:
+            raise argparse.ArgumentTypeError("expected at least one value")
+        return items
+
+    parse.__name__ = "list"
+    return parse
+
+
+def _one_convention(parser: argparse.ArgumentParser, action: argparse.Action) -> None:
+    """Comma-separated lists and the common option names (see :data:`ALIASES`) on one option."""
+    if action.option_strings and action.nargs in ("+", "*"):
+        action.type = _comma_list(action)
+        action.choices = None
+        action.__class__ = _CommaList
+        action.metavar = f"{(action.metavar or action.dest.upper()).replace('_', '-')},..."
+        if action.help and "comma-separated" not in action.help:
+            action.help = "comma-separated " + action.help
+        if isinstance(action.default, (list, tuple)):
+            action.default = list(action.default)
+            if action.help and "default" not in action.help.lower():
+                shown = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in action.default)
+                action.help += f" (default: {shown})"
+    for old, new in ALIASES.items():
+        if old in action.option_strings and new not in parser._option_string_actions:
+            action.option_strings = [new if o == old else o for o in action.option_strings]
+            action.metavar = action.metavar or new.lstrip("-").upper().replace("-", "_")
+            parser._option_string_actions[new] = action  # the old spelling still parses, help shows the new
 
 
 def _harden(parser: argparse.ArgumentParser) -> None:
@@ -71,14 +139,16 @@ def _harden(parser: argparse.ArgumentParser) -> None:
     parser.__class__ = Parser
     parser.formatter_class = HelpFormatter
     parser.description = _user_text(parser.description)
-    for action in parser._actions:
+    for action in list(parser._actions):
+        _one_convention(parser, action)
         if action.help != argparse.SUPPRESS:
             action.help = _user_text(action.help)
         if action.type is float:
             action.type = finite_float
         if action.dest == "device" and action.type is None:
             action.type = device_name
-    if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions) and parser.prog != "spectrakit":
+    if (not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+            and parser.prog not in ("spectrakit", *NO_THREADS)):
         parser.add_argument("--threads", type=thread_count, default=None,
                             help="CPU threads for torch, at most the cores this process may use (default: the "
                             "cores not busy with other work, measured over 0.2 s at start; OMP_NUM_THREADS when "
@@ -112,14 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _is_user_error(exc: BaseException) -> bool:
-    """A user error: :class:`UsageError`, a missing corpus or data set, a checkpoint that cannot be written or
-    used (a full disk, a corrupted folder: the message is one line naming the path), or an exception raised
-    by the library's own argument checks (``spectrakit/_checks.py``) about an option's value."""
+    """A user error: :class:`UsageError`, a missing corpus or data set, or an exception raised by the
+    library's own argument checks (``spectrakit/_checks.py``) about an option's value."""
     from spectrakit._cliargs import UsageError
-    from spectrakit.checkpoint import CheckpointError
     from spectrakit.data.corpora import CorpusUnavailableError
 
-    if isinstance(exc, (UsageError, CorpusUnavailableError, CheckpointError)):
+    if isinstance(exc, (UsageError, CorpusUnavailableError)):
         return True
     if isinstance(exc, FileNotFoundError) and "install" in str(exc):
         return True  # missing data set, the message names the package to install
@@ -130,8 +198,10 @@ def _is_user_error(exc: BaseException) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; user errors give one line on stderr and exit status 2 (``SPECTRAKIT_DEBUG=1``
-    shows their traceback too). SIGINT and SIGTERM at any moment give one line and exit status 130 / 143
+    """Run the command line. Every error is one line ``error: ...`` on stderr, never a traceback: exit status 2
+    for a user error (a bad option, a missing or foreign file), 1 for a failure that other arguments would not
+    fix, such as unusable checkpoints or a full disk (``SPECTRAKIT_DEBUG=1`` shows the traceback). SIGINT and
+    SIGTERM at any moment give one line and exit status 130 / 143
     (inside a training loop after a checkpoint, see :mod:`spectrakit.train.interrupt`)."""
     signals = (interrupt.signal.SIGINT, interrupt.signal.SIGTERM)
     previous = {s: interrupt.signal.getsignal(s) for s in signals}
@@ -160,17 +230,28 @@ def _main(argv: list[str] | None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return 0
-    apply_threads(getattr(args, "threads", None))
+    if hasattr(args, "threads"):  # commands that compute nothing have no --threads
+        apply_threads(args.threads)
     try:
         for flag in ("out",):
             if getattr(args, flag, None):
                 check_output_folder(getattr(args, flag), "--" + flag)
         return int(args._run(args) or 0)
     except Exception as e:
-        if not _is_user_error(e) or os.environ.get("SPECTRAKIT_DEBUG"):
+        if os.environ.get("SPECTRAKIT_DEBUG"):
             raise
-        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
-        return 2
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if _is_user_error(e):
+            print(f"error: {text}", file=sys.stderr)
+            return 2
+        # a failure that other arguments would not fix (unreadable checkpoints, a full disk, a bug): one line,
+        # exit status 1; the traceback stays available for a bug report
+        from spectrakit.checkpoint import CheckpointError
+
+        if not isinstance(e, (CheckpointError, OSError)):
+            text = f"{type(e).__name__}: {text} (unexpected; SPECTRAKIT_DEBUG=1 shows where)"
+        print(f"error: {text}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

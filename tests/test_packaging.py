@@ -1,6 +1,11 @@
 """Packaging: the wheel builds from a copy of the sources, carries ``py.typed`` and the version of
 ``spectrakit.__version__``, installs into a fresh virtual environment and imports from there (not from the
-source tree), with a working ``spectrakit`` console script and a SPECTRA step."""
+source tree), with a working ``spectrakit`` console script and a SPECTRA step.
+
+The fresh environment sees the dependencies (torch, numpy, ...) of the interpreter running the tests, whatever
+it is (the system's, or a user's own virtual environment): a ``.pth`` file lists that interpreter's
+site-packages folders. ``venv --system-site-packages`` would instead show the *base* interpreter's packages,
+which a user's virtual environment does not have."""
 
 from __future__ import annotations
 
@@ -28,11 +33,28 @@ print(spectrakit.__version__)
 """
 
 
+def _site_dirs():
+    """The running interpreter's package folders (its own venv's, the user site, the system's), not the source
+    tree: ``spectrakit`` must come from the installed wheel."""
+    dirs = [p for p in sys.path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
+    return [p for p in dict.fromkeys(dirs) if os.path.isdir(p)]
+
+
+def _see_running_site_packages(py):
+    purelib = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    os.makedirs(purelib, exist_ok=True)
+    # plain path lines: appended after the venv's own site-packages, and the .pth files in them (an editable
+    # install of the source tree) are not run
+    with open(os.path.join(purelib, "_running_interpreter.pth"), "w") as f:
+        f.write("\n".join(_site_dirs()) + "\n")
+
+
 @pytest.mark.slow
 def test_wheel_builds_installs_and_imports(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(os.path.join(ROOT, name), src / name)
     shutil.copytree(os.path.join(ROOT, "spectrakit"), src / "spectrakit",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -44,12 +66,18 @@ def test_wheel_builds_installs_and_imports(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "spectrakit/py.typed" in names and "spectrakit/optim/groups.py" in names
     assert not any(n.startswith(("tests/", "examples/")) for n in names)
+    assert any(n.endswith(".dist-info/LICENSE") or "/licenses/LICENSE" in n for n in names), names
+    meta = next(zipfile.ZipFile(wheel).read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+    assert "Requires-Dist: torch>=2.5" in meta and "Classifier: License :: OSI Approved" in meta
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = str(venv / "bin" / "python")
+    _see_running_site_packages(py)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
-    subprocess.run([py, "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True, env=env, cwd=tmp_path)
+    # the running interpreter's pip installs into the new environment (pip is not in it: --without-pip)
+    subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "-q", str(wheel)],
+                   check=True, env=env, cwd=tmp_path)
     out = subprocess.run([py, "-c", CHECK], check=True, env=env, cwd=tmp_path, capture_output=True, text=True)
     assert out.stdout.strip() == spectrakit.__version__
     help_out = subprocess.run([str(venv / "bin" / "spectrakit"), "--help"], env=env, cwd=tmp_path,

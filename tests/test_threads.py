@@ -64,3 +64,30 @@ def test_cli_flag_sets_threads_and_header(capsys, tmp_path):
         assert "1 thread: --threads)" in capsys.readouterr().out
     finally:
         torch.set_num_threads(n)
+
+
+def test_public_set_threads(monkeypatch):
+    import spectrakit
+
+    before = torch.get_num_threads()
+    try:
+        assert spectrakit.set_threads(1) == 1 == torch.get_num_threads()
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(_threads, "usable_cores", lambda: 4)
+        monkeypatch.setattr(_threads, "busy_cores", lambda: 1.2)
+        assert spectrakit.set_threads("auto") == 3 == torch.get_num_threads()
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        assert spectrakit.set_threads() == 2 == torch.get_num_threads()
+        for bad, exc in ((0, ValueError), ("many", ValueError), (True, TypeError), (2.0, TypeError)):
+            with pytest.raises(exc, match="threads"):
+                spectrakit.set_threads(bad)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_import_leaves_threads_alone():
+    code = ("import torch; torch.set_num_threads(3); import spectrakit, spectrakit.optim, spectrakit.linalg, "
+            "spectrakit.train; assert torch.get_num_threads() == 3, torch.get_num_threads()")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)

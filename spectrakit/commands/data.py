@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spectrakit._cliargs import tokenizer_name
 from spectrakit.data.corpora import CORPORA, CorpusUnavailableError, corpus_files
 
 
@@ -22,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("name", choices=sorted(CORPORA), help="corpus name")
-    p.add_argument("--tokenizer", default="bpe4096", help="'bytes' or 'bpeN'")
+    p.add_argument("--tokenizer", default="bpe4096", type=tokenizer_name, help="'bytes' or 'bpeN'")
     p.add_argument("--val-percent", type=float, default=5.0, help="share of files held out for validation")
     p.add_argument(
         "--cache", default=None, help="cache folder (default $SPECTRAKIT_CACHE or ~/.cache/spectrakit)"

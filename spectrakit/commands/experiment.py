@@ -8,11 +8,21 @@ import importlib
 from spectrakit.experiments import EXPERIMENTS
 
 
+def _first_sentence(doc: str) -> str:
+    """The first sentence of a docstring's first paragraph, on one line (not cut at "Fig." or "et al.")."""
+    text = " ".join(doc.strip().split("\n\n")[0].split())
+    for i, ch in enumerate(text):
+        end = i + 1 == len(text) or text[i + 1] == " "
+        if ch == "." and end and not text[:i].endswith(("Fig", "al", "e.g", "i.e", "Eq")):
+            return text[: i + 1]
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="experiment", metavar="NAME", required=True)
     for name, module in EXPERIMENTS.items():
         mod = importlib.import_module(module)
-        p = sub.add_parser(name, help=(mod.__doc__ or name).strip().splitlines()[0],
+        p = sub.add_parser(name, help=_first_sentence(mod.__doc__ or name),
                            description=(mod.__doc__ or name).strip(),
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         p.add_argument("--out", default=f"runs/{name}", help="folder for results.json, results.md and plots")

@@ -12,6 +12,7 @@ import os
 
 import torch
 
+from spectrakit._cliargs import UsageError
 from spectrakit.conv.report import lipschitz_report
 
 
@@ -49,11 +50,15 @@ def _load_weights(path: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spectrakit.models.cnn import build_model
+    from spectrakit.models.cnn import MODELS, build_model
 
     model = build_model(args.model)
     if args.checkpoint:
-        model.load_state_dict(_load_weights(args.checkpoint))
+        try:
+            model.load_state_dict(_load_weights(args.checkpoint))
+        except RuntimeError:  # keys or shapes of another model (e.g. a language model of `compare`)
+            raise UsageError(f"--checkpoint {args.checkpoint}: its weights are not those of --model {args.model} "
+                             f"(choose the --model it was trained as: {', '.join(sorted(MODELS))})") from None
     shape = tuple(int(s) for s in args.input_shape.split(","))
     result = lipschitz_report(model, shape, exact=args.exact, iters=args.iters)
     if args.json:

@@ -15,6 +15,7 @@ import sys
 
 import torch
 
+from spectrakit._cliargs import UsageError
 from spectrakit._tables import environment, markdown_table, report
 from spectrakit.linalg.report import COLUMNS, rows_for
 
@@ -36,9 +37,10 @@ def run(args: argparse.Namespace) -> int:
         shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",") if s]
         dtypes = [DTYPES[d.strip()] for d in args.dtypes.split(",") if d.strip()]
     except (ValueError, KeyError) as e:
-        raise SystemExit(f"--shapes must look like 256x768,512x512 and --dtypes like fp32,bf16 ({e})") from e
+        raise UsageError(f"--shapes must look like 256x768,512x512 and --dtypes like fp32,bf16, from "
+                         f"{', '.join(DTYPES)} ({e})") from None
     if any(len(s) != 2 or min(s) < 2 for s in shapes):
-        raise SystemExit("--shapes: each shape must be MxN with M, N >= 2")
+        raise UsageError("--shapes: each shape must be MxN with M, N >= 2")
     rows = []
     env = environment()
     print(f"## spectrakit ops: matrix functions vs exact SVD/eigh\n\ndevice: {env['device']} · torch {env['torch']} · "

@@ -6,7 +6,9 @@ The figures are those of :func:`spectrakit.train.plots.plot_runs`; their paths a
 from __future__ import annotations
 
 import argparse
+import os
 
+from spectrakit._cliargs import UsageError
 from spectrakit.train.plots import plot_runs
 
 
@@ -19,6 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    for d in args.runs:
+        if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
+            what = "has no metrics.jsonl (not a training run folder)" if os.path.isdir(d) else "is not a folder"
+            raise UsageError(f"{d} {what}; pass run folders such as runs/compare/adamw-s0")
     layers = [s for s in args.layers.split(",") if s] if args.layers else None
     for path in plot_runs(args.runs, args.out or args.runs[0], layers=layers):
         print(path)

@@ -48,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
             results = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise UsageError(f"results {args.results}: cannot read it as JSON ({e})") from None
+    if not isinstance(results, dict) or not isinstance(results.get("rows"), list):
+        raise UsageError(f"results {args.results}: not a results table (no 'rows'); pass the results.json of a "
+                         "command's --out folder, such as runs/compare/results.json, not one run's result.json")
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else results.get("columns")
     block = render(results, columns)
     if not args.into:

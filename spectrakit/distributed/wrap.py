@@ -77,7 +77,12 @@ def wrap_model(model: torch.nn.Module, mode: str = "ddp", *, device: torch.devic
             if device.type == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # public there since torch 2.6
+        raise RuntimeError(f"mode='fsdp2' needs torch >= 2.6 (this is torch {torch.__version__}); use "
+                           "mode='ddp' or a newer torch") from None
 
     if mesh is None:
         mesh = init_device_mesh(device.type, (dist.get_world_size(),))

@@ -26,7 +26,7 @@ import time
 import torch
 
 from spectrakit._checks import check_choice, check_int
-from spectrakit._cliargs import int_list, name_list, positive_int
+from spectrakit._cliargs import int_list, name_list, positive_int, tokenizer_name
 from spectrakit.data.batches import TokenBatches
 from spectrakit.data.corpora import CORPORA
 from spectrakit.data.tokens import prepare, unigram_entropy
@@ -500,13 +500,17 @@ def plot(rows: list[dict], out_dir: str, title: str = "") -> list[str]:
         s, linf, fro, sn = zip(*r["_norms"])
         for i, (ax, v) in enumerate(zip(axes, (linf, fro, sn))):
             ax.plot(s, v, color=color, label=label if i == 0 else None)
-    for ax, t in zip(
-        axes, ("aggregated l_inf norm  max|W|", "aggregated Frobenius norm", "max spectral norm ||W||_2")
+    for ax, t, y in zip(
+        axes, ("largest weight entry", "aggregated Frobenius norm", "largest spectral norm"),
+        ("max over layers of max |W_ij|", "sqrt(sum over layers of ||W||_F^2)", "max over layers of ||W||_2"),
     ):
         ax.set_title(t)
         ax.set_xlabel("step")
+        ax.set_ylabel(y)
         ax.grid(alpha=0.3)
-    _legend(fig, axes[0], n_labels)
+    # the legend below the panels, where it hides no curve
+    fig.legend(loc="lower center", ncol=min(max(n_labels, 1), 4), fontsize="small")
+    fig.tight_layout(rect=(0, 0.06 * (1 + (n_labels - 1) // 4), 1, 1))
     paths.append(os.path.join(out_dir, "weight_norms.png"))
     fig.savefig(paths[1], dpi=120)
     plt.close(fig)
@@ -533,7 +537,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="model preset")
     parser.add_argument("--corpus", default="stdlib", choices=sorted(CORPORA),
                         help="text corpus (see spectrakit data list)")
-    parser.add_argument("--tokenizer", default=None, help="'bytes' or 'bpeN' (default: the setting's, bpe4096 on cpu)")
+    parser.add_argument("--tokenizer", default=None, type=tokenizer_name,
+                        help="'bytes' or 'bpeN' (default: the setting's, bpe4096 on cpu)")
     parser.add_argument("--steps", type=positive_int, default=None,
                         help="optimizer steps per run (default: the setting's, 200 on cpu)")
     parser.add_argument("--batch-size", type=positive_int, default=None,
@@ -548,7 +553,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lr", type=float, default=None, help="peak LR for all optimizers (default: each optimizer's own)"
     )
-    parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
+    parser.epilog = (
+        "Columns of the result table: val_loss and val_ppl (validation cross-entropy in nats and its exp), step_ms "
+        "(mean time of a training step), overhead_% (step time over that of the base optimizer, same seed), "
+        "max_weight_sn (largest spectral norm ||W||_2 of a weight matrix at the end), max_update_sn (largest "
+        "spectral norm of one step's applied update direction after the warm-up: what SPECTRA's clip bounds), "
+        "agg_linf (largest absolute weight entry max |W_ij| over all matrices at the end) and diverged.")
+    parser.add_argument("--c", type=float, default=10.0,
+                        help="SPECTRA's clip threshold c: each singular value s of the update becomes "
+                        "s / sqrt(1 + s^2/c^2), about min(s, c)")
     parser.add_argument(
         "--embedding-scale",
         type=float,
@@ -611,6 +624,9 @@ def _check_out_folder(args: argparse.Namespace) -> None:
         raise UsageError("--resume and --force exclude each other")
     old = run_folders(args.out)
     leftovers = [f for f in ("results.json", "results.md") if os.path.exists(os.path.join(args.out, f))]
+    if args.resume and not old:
+        raise UsageError(f"--resume: --out {args.out} holds no comparison to continue; run without --resume to "
+                         "start one there")
     if not (old or leftovers) or args.resume:
         return
     if not args.force:

@@ -16,9 +16,10 @@ import time
 import torch
 import torch.nn.functional as F
 
+from spectrakit._cliargs import UsageError
 from spectrakit.conv import ConvRegularizer, tn_bound
 from spectrakit.conv.kernel import CONV_TYPES
-from spectrakit.data.fashion_mnist import DEFAULT_ROOT, load_fashion_mnist
+from spectrakit.data.fashion_mnist import DEFAULT_ROOT, MISSING, available, load_fashion_mnist
 from spectrakit.experiments.io import invocation, report
 from spectrakit.models.cnn import SmallResNet
 
@@ -129,6 +130,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if not available(args.root):
+        raise UsageError(MISSING.format(root=args.root).replace("pass root=", "pass --root FOLDER"))
     history: dict = {}
     rows = run(tuple(args.regularizers.split(",")), args.epochs, args.train_size, args.test_size, args.batch_size,
                args.lr, args.weight_decay, args.beta, tuple(int(w) for w in args.widths.split(",")),

@@ -1,11 +1,12 @@
 """Composite Frank-Wolfe view of spectral clipping on matrix logistic regression (Jiang, Semenov and Stich 2026 §3,
 §F.1.1).
 
-Problem (3): ``min_{||X||_2 <= D2} F(X) = f(X) + b/2 ||X||_F^2`` with the logistic loss
+The problem (the paper's eq. 3): ``min_{||X||_2 <= D2} F(X) = f(X) + b/2 ||X||_F^2`` with the logistic loss
 ``f(X) = 1/n sum_i log(1 + exp(-y_i <A_i, X>))`` on ``d x d`` features ``A_i ~ N(0, 1)`` and labels
 ``y_i = sign(<A_i, X~> + xi_i)``, ``X~ ~ N(0, 1)``, ``xi_i ~ N(0, sigma^2)``.
 
-Rule (4) with the choices of Theorem 3.4: ``1/lambda = D2``, ``alpha = lambda/b``, ``c = b D2``,
+The paper's update rule (its eq. 4) with the step sizes of its convergence theorem: ``1/lambda = D2``,
+``alpha = lambda/b``, ``c = b D2``,
 ``lambda eta_k = 2/(k+2)``, run as :class:`spectrakit.optim.Spectra` (base ``sgd``, post ``hard_clip``
 (exact clip^sp), ``weight_decay = lambda``, ``scale = alpha``, ``lr = eta_k`` from a ``LambdaLR``).
 Full batch uses ``beta_k = 1``; the stochastic variant (Fig. F.4) batch 20 and ``beta_k = 1/(k+1)^(2/3)``.
@@ -165,7 +166,7 @@ def plot(histories: dict, out_dir: str) -> list[str]:
         axes[0].set_yscale("log")
         axes[2].axhline(D2, color="k", ls="--", lw=0.8)
         axes[0].legend()
-        fig.suptitle(f"rule (4), Theorem 3.4 parameters, D2 = {D2}, {mode} gradient")
+        fig.suptitle(f"clipped Frank-Wolfe rule, step sizes of the convergence theorem, D2 = {D2}, {mode} gradient")
         fig.tight_layout()
         path = os.path.join(out_dir, f"fw_logistic_{mode}_D2_{D2}.png")
         fig.savefig(path, dpi=120)
@@ -181,16 +182,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-test", type=int, default=200, help="test samples")
     parser.add_argument("--noise", type=float, default=5.0, help="label noise sigma")
     parser.add_argument(
-        "--bs", type=float, nargs="+", default=[0.0, 0.1, 1.0], help="regularisation b values"
+        "--bs", type=float, nargs="+", default=[0.0, 0.1, 1.0],
+        help="strengths b of the Frobenius regulariser b/2 ||X||_F^2"
     )
-    parser.add_argument("--D2s", type=float, nargs="+", default=[0.2, 1.0, 5.0], help="spectral-ball radii")
+    parser.add_argument("--D2s", type=float, nargs="+", default=[0.2, 1.0, 5.0],
+                        help="radii D2 of the spectral-norm ball ||X||_2 <= D2")
     parser.add_argument("--steps", type=int, default=2000, help="iterations K")
     parser.add_argument("--batch", type=int, default=20, help="batch size of the stochastic run (D2 = 1)")
     parser.add_argument("--ref-iters", type=int, default=3000, help="FISTA iterations for F*")
     parser.add_argument("--seed", type=int, default=0, help="random seed of data and runs")
     parser.add_argument("--family", action="store_true",
                         help="run composite Frank-Wolfe with the regularizers of --regularizers instead "
-                             "(post='spectral_lmo'; --bs, --D2s, --steps apply; default steps 1000)")
+                             "(post='spectral_lmo'; --b-values, --radii, --steps apply; default steps 1000)")
     parser.add_argument("--regularizers", nargs="+", default=["frobenius", "nuclear", "schatten", "entropy"],
                         choices=["frobenius", "nuclear", "schatten", "entropy"],
                         help="regularizers of the --family run")
@@ -217,7 +220,8 @@ def main(args: argparse.Namespace) -> int:
     )
     paths = plot(histories, args.out)
     report(
-        "fw-logistic: rule (4) with Theorem 3.4 parameters (Jiang, Semenov and Stich 2026 §F.1.1)",
+        "fw-logistic: clipped Frank-Wolfe rule with the step sizes of the convergence theorem (Jiang, Semenov and "
+        "Stich 2026 §F.1.1)",
         rows,
         args.out,
         command=invocation("experiment", f"spectrakit experiment fw-logistic --steps {args.steps}"),
@@ -232,7 +236,8 @@ def _main_family(args: argparse.Namespace) -> int:
 
     bs = [b for b in args.bs if b > 0]
     if len(bs) != len(args.bs):
-        print(f"error: --bs must be > 0 with --family (the regularizer strength b), got {args.bs}", file=sys.stderr)
+        print(f"error: --b-values must be > 0 with --family (the regularizer strength b), got {args.bs}",
+              file=sys.stderr)
         return 2
     rows = fw_family.run(d=args.d, n=args.n, noise=args.noise, regularizers=tuple(args.regularizers), p=args.p,
                          bs=tuple(bs), D2s=tuple(args.D2s), steps=args.steps, ref_iters=args.ref_iters,

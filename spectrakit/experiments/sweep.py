@@ -327,8 +327,9 @@ def _visit(point: dict, index: int, size: int, out: str, shard: tuple[int, int],
 # ----------------------------------------------------------------------------- plots and report
 def plot(result: dict, out_dir: str) -> list[str]:
     """Save ``lr_sensitivity.png`` (mean validation loss vs LR per optimizer, error bars = std over seeds,
-    diverged points marked x at the top), ``best/loss_curves.png`` and ``best/weight_norms.png`` (the runs at
-    the best LRs, via :func:`spectrakit.experiments.compare.plot`) and, when ``c`` was swept, ``c_sweep.png``
+    diverged points marked x on a row above every finite point), ``best/loss_curves.png`` and
+    ``best/weight_norms.png`` (the runs at the best LRs, via :func:`spectrakit.experiments.compare.plot`) and,
+    when ``c`` was swept, ``c_sweep.png``
     (best-LR validation loss vs ``c``, with the base optimizer, ``c = inf``, as a dashed level when it was
     swept too)."""
     import matplotlib
@@ -339,21 +340,30 @@ def plot(result: dict, out_dir: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     points, best = result["points"], result["best"]
     finite = [p["val_loss_mean"] for p in points if math.isfinite(p["val_loss_mean"])]
-    top = max(finite) if finite else 1.0
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    top = hi + 0.12 * ((hi - lo) or 1.0)  # the diverged row, above every finite point
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for key in dict.fromkeys((p["optimizer"], p["c"]) for p in points):
+    keys = list(dict.fromkeys((p["optimizer"], p["c"]) for p in points))
+    for k, key in enumerate(keys):
         ps = [p for p in points if (p["optimizer"], p["c"]) == key]
         label = key[0] + ("" if key[1] is None else f" c={key[1]:g}")
         ok = [p for p in ps if not p["diverged"]]
         line = ax.errorbar([p["lr"] for p in ok], [p["val_loss_mean"] for p in ok],
                            yerr=[p["val_loss_std"] for p in ok], marker="o", capsize=3, label=label)
         bad = [p["lr"] for p in ps if p["diverged"]]
-        if bad:
-            ax.plot(bad, [top] * len(bad), "x", color=line[0].get_color(), ms=9)
+        if bad:  # side by side (a few % apart on the log axis) so that the markers of one LR do not hide
+            shift = 1.07 ** (k - (len(keys) - 1) / 2)
+            ax.plot([b * shift for b in bad], [top] * len(bad), "x", color=line[0].get_color(), ms=9, mew=2)
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("validation loss (nats), mean over seeds")
-    ax.set_title("LR sensitivity (x: diverged)")
+    if any(p["diverged"] for p in points):
+        ax.axhline(top, color="0.6", lw=0.8, ls=":")
+        ax.annotate("diverged", (0.01, top), xycoords=("axes fraction", "data"), va="bottom", fontsize="small",
+                    color="0.4")
+        ax.set_title("LR sensitivity (x on the top row: diverged)")
+    else:
+        ax.set_title("LR sensitivity (no run diverged)")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

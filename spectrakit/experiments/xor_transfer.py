@@ -135,7 +135,7 @@ def main(args: argparse.Namespace) -> int:
     rows = run(widths=args.widths, lrs=args.lrs, sets=args.sets, steps=args.steps, seeds=args.seeds,
                dualizer=args.dualizer, dualizer_steps=args.dualizer_steps, method=args.method, verbose=True)
     command = (f"spectrakit experiment xor-transfer --widths {' '.join(map(str, args.widths))} "
-               f"--seeds {' '.join(map(str, args.seeds))} --dualizer {args.dualizer} "
+               f"--seeds {','.join(map(str, args.seeds))} --dualizer {args.dualizer} "
                f"--dualizer-steps {args.dualizer_steps}")
     report("xor-transfer: optimal learning rate per width", optimal_lrs(rows), args.out,
            command=invocation("experiment", command),

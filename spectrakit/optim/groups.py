@@ -17,6 +17,15 @@ Each of ``embeddings``, ``head`` and ``vectors`` is routed by an option:
 updated by plain AdamW inside a spectrakit optimizer; ``scale="none"`` matters: without it the group would
 inherit Muon's ``scale="muon"`` and scale the AdamW step of a ``(vocab, d)`` table by ``sqrt(vocab/d)``)
 or a dict of group options (its own group, e.g. ``{"scale": 0.25}``).
+
+Weights stored transposed, ``(in, out)`` instead of ``(out, in)``: the ``Conv1D`` of Hugging Face GPT-2 (a
+module class named ``Conv1D`` with ``nf`` outputs, ``nx`` inputs and weight ``(nx, nf)``) and the ``weight``
+of any module with the attribute ``spectrakit_transposed = True``. The spectral maps are orientation-free
+(``f(W^T) = f(W)^T`` for the soft clip, ``msign``, the hard clip), the update scale is not:
+``alpha = max(1, sqrt(m/n))`` must use the true ``(m, n) = (out, in)``. Such weights get their own groups with
+the numeric ``scale`` of their true shape (one group per value) when the optimizer's scale is
+``"spectra"``/``"muon"``/``"auto"``; the symmetric ``"moonlight"`` and ``"none"`` need nothing (pass
+``optimizer=DMuon`` for D-Muon).
 The defaults follow the reference code of SPECTRA (Jiang, Semenov and Stich 2026): every ``>= 2``-D
 parameter, the untied embedding and head included, gets the spectral update and weight decay; 1-D
 parameters get no weight decay. For Muon and D-Muon (Jordan et al. 2024; Liu et al. 2025), which are meant
@@ -33,6 +42,7 @@ from torch import nn
 from spectrakit._checks import check_scalar
 
 KINDS = ("matrix", "embedding", "head", "vector")
+TRANSPOSED_ATTR = "spectrakit_transposed"
 HEAD_MODULE_NAMES = ("head", "lm_head")
 ADAMW_BETAS = (0.8, 0.999)
 
@@ -72,6 +82,46 @@ def classify(model: nn.Module, head_names=()) -> list[tuple[str, nn.Parameter, s
             kind = "matrix"
         out.append((name, p, kind))
     return out
+
+
+def transposed_weights(model: nn.Module) -> set[int]:
+    """``id`` of every 2-D weight of ``model`` stored ``(in, out)`` (see the module docstring): Hugging Face's
+    ``Conv1D`` (GPT-2) and modules that set ``spectrakit_transposed = True``."""
+    out = set()
+    for m in model.modules():
+        w = getattr(m, "weight", None)
+        if not isinstance(w, torch.Tensor) or w.ndim != 2:
+            continue
+        hf_conv1d = type(m).__name__ == "Conv1D" and tuple(w.shape) == (getattr(m, "nx", None), getattr(m, "nf", None))
+        if hf_conv1d or getattr(m, TRANSPOSED_ATTR, False) is True:
+            out.add(id(w))
+    return out
+
+
+def _default_scale_post(optimizer) -> tuple:
+    """``(scale, post)`` the optimizer class gives a group that sets neither (SPECTRA's when unknown)."""
+    preset = dict(getattr(optimizer, "preset", {})) if isinstance(optimizer, type) else {}
+    post = preset.get("post", "newton_schulz5" if _is_muon(optimizer) else "soft_clip")
+    return preset.get("scale", "auto"), post
+
+
+def _split_transposed(params, names, transposed, optimizer) -> tuple[list, list, dict]:
+    """Split a spectral group's parameters into the plain ones and, per value of ``alpha`` of the true
+    ``(out, in)`` matrix, the transposed ones (only where the scale depends on the orientation)."""
+    from spectrakit.optim.transforms import update_scale
+
+    scale, post = _default_scale_post(optimizer)
+    plain, by_alpha = ([], []), {}
+    for p, n in zip(params, names):
+        if id(p) in transposed and scale in ("spectra", "muon", "auto") and not (scale == "auto" and post == "none"):
+            alpha = update_scale(scale, post, int(p.shape[1]), int(p.shape[0]))
+            ps, ns = by_alpha.setdefault(alpha, ([], []))
+            ps.append(p)
+            ns.append(n)
+        else:
+            plain[0].append(p)
+            plain[1].append(n)
+    return plain[0], plain[1], by_alpha
 
 
 def _is_muon(optimizer) -> bool:
@@ -130,8 +180,9 @@ def param_groups(
 
     Every trainable parameter appears exactly once (:func:`classify`). Groups, in this order, empty ones
     dropped: ``matrix`` (hidden matrices plus the embedding/head routed ``"default"``; weight decay
-    ``weight_decay``), ``embedding`` (embedding and head together when both have the same non-default
-    option, else the embedding alone), ``head``, ``vector`` (``weight_decay = 0``).
+    ``weight_decay``), then the matrices stored ``(in, out)`` (:func:`transposed_weights`) with the numeric
+    ``scale`` of their ``(out, in)`` matrix, one group per value, ``embedding`` (embedding and head together
+    when both have the same non-default option, else the embedding alone), ``head``, ``vector`` (``weight_decay = 0``).
 
     Args:
         model: any ``nn.Module`` (spectrakit models, Hugging Face ``transformers`` models, CNNs).
@@ -181,14 +232,32 @@ def param_groups(
         buckets[target][0].append(p)
         buckets[target][1].append(name)
     groups, kinds, names = [], [], []
+    transposed = transposed_weights(model)
     for kind, (ps, ns) in buckets.items():
-        if not ps:
-            continue
         wd = 0.0 if kind == "vector" else float(weight_decay)
-        groups.append({"params": ps, "weight_decay": wd, **(routes[kind] or {})})
-        kinds.append("head" if kind == "embedding" and not any(id(p) in embeds for p in ps) else kind)
-        names.append(ns)
+        split = {}
+        if kind == "matrix":
+            ps, ns, split = _split_transposed(ps, ns, transposed, optimizer)
+        if ps:
+            groups.append({"params": ps, "weight_decay": wd, **(routes[kind] or {})})
+            kinds.append("head" if kind == "embedding" and not any(id(p) in embeds for p in ps) else kind)
+            names.append(ns)
+        for alpha, (tps, tns) in split.items():  # (in, out) weights: the scale of their (out, in) matrix
+            groups.append({"params": tps, "weight_decay": wd, "scale": alpha})
+            kinds.append("matrix(in,out)")
+            names.append(tns)
     return ParamGroups(groups, kinds, names, optimizer)
+
+
+def _update_rule(group: dict, defaults: dict, p: torch.Tensor) -> str:
+    """``base/post`` as the optimizer applies it: a ``post`` transform acts on matrices only; a 1-D or 0-d
+    parameter gets the vector clip when ``vector_clip`` is set, else nothing after its base."""
+    base = group.get("base", defaults.get("base", "-"))
+    post = group.get("post", defaults.get("post", "-"))
+    if p.ndim < 2 and post != "-":
+        vclip = group.get("vector_clip", defaults.get("vector_clip", False))
+        post = {True: "vector_clip", "reference": "vector_clip_reference"}.get(vclip, "none")
+    return f"{base}/{post}"
 
 
 def _alpha(group: dict, defaults: dict, p: torch.Tensor) -> str:
@@ -217,12 +286,11 @@ def param_group_table(groups, model: nn.Module | None = None, *, defaults=None, 
         kind = kinds[gi] if kinds else ""
         for j, p in enumerate(g["params"]):
             name = names[gi][j] if names else by_id.get(id(p), f"[{gi}][{j}]")
-            post = g.get("post", defaults.get("post", "-"))
-            base = g.get("base", defaults.get("base", "-"))
             lr = g.get("lr", defaults.get("lr"))
             rows.append((
                 name, "x".join(map(str, p.shape)) or "scalar", f"{gi}:{kind}" if kind else str(gi),
-                f"{base}/{post}", _alpha(g, defaults, p), f"{g.get('weight_decay', defaults.get('weight_decay', 0)):g}",
+                _update_rule(g, defaults, p), _alpha(g, defaults, p),
+                f"{g.get('weight_decay', defaults.get('weight_decay', 0)):g}",
                 "-" if lr is None else f"{lr:g}",
             ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -357,7 +357,10 @@ class Spectra(torch.optim.Optimizer):
         A state whose groups use another ``base`` or ``post`` than this optimizer's (say a SpectraAdamW
         checkpoint loaded into a SpectraSignum) raises ``ValueError`` instead of silently continuing as the
         saved optimizer, unless ``allow_changes=True`` (the saved choice then wins, as in
-        ``torch.optim``). Loaded hyperparameters are validated like the constructor's arguments."""
+        ``torch.optim``). Loaded hyperparameters are validated like the constructor's arguments. A
+        ``torch.optim.AdamW`` state dict is converted (an AdamW state is a valid state of a ``base="adamw"``
+        group; the clip's schedule continues at its step); another foreign one raises ValueError."""
+        state_dict = self._from_torch_adamw(state_dict)
         saved_groups = state_dict.get("param_groups", [])
         if not allow_changes:
             for i, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
@@ -380,6 +383,33 @@ class Spectra(torch.optim.Optimizer):
         for g in self.param_groups:
             g["skipped_steps"] = g["skipped_steps"].clone()
             self._validate(g)
+
+    def _from_torch_adamw(self, state_dict: dict) -> dict:
+        """A ``torch.optim.AdamW`` state dict (groups without ``base``) as this optimizer's: an AdamW state is a
+        valid state of a ``base="adamw"`` group (same ``step``, ``exp_avg``, ``exp_avg_sq``, decoupled weight
+        decay); the saved lr, betas, eps and weight decay are kept, the clip's schedule continues at the saved
+        step (``steps_taken``) and ``skipped_steps`` starts at 0. Any other foreign state raises ValueError."""
+        saved_groups = state_dict.get("param_groups", [])
+        if not saved_groups or all("base" in g for g in saved_groups):
+            return state_dict
+        how = ("load a torch.optim.AdamW state (without amsgrad) into groups with base='adamw', one saved group "
+               "per group, or start this optimizer from scratch")
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(f"the state dict has {len(saved_groups)} param groups, this optimizer "
+                             f"{len(self.param_groups)}; {how}")
+        groups = []
+        for i, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if mine["base"] != "adamw" or "betas" not in saved or saved.get("amsgrad") or "momentum" in saved:
+                raise ValueError(f"param group {i} of the state dict is not a torch.optim.AdamW state this "
+                                 f"optimizer (base={mine['base']!r}) can continue; {how}")
+            steps = [state_dict["state"][pid]["step"] for pid in saved["params"] if pid in state_dict["state"]]
+            group = {k: v for k, v in mine.items() if k != "params"}
+            group.update({k: saved[k] for k in ("lr", "betas", "eps", "weight_decay", "initial_lr") if k in saved})
+            group.update(params=saved["params"], steps_taken=int(max(map(float, steps), default=0)),
+                         skipped_steps=torch.zeros((), dtype=torch.int64))
+            groups.append(group)
+        state = {pid: {k: st[k] for k in ("step", "exp_avg", "exp_avg_sq")} for pid, st in state_dict["state"].items()}
+        return {"state": state, "param_groups": groups}
 
     # ------------------------------------------------------------------ the step
     def _finite_flag(self, grads: list[torch.Tensor]) -> torch.Tensor:

@@ -66,7 +66,8 @@ class TrainConfig:
             on every rank.
         resume: checkpoint to resume from (``None``: start fresh): a ``checkpoints/`` folder (its newest
             usable checkpoint, falling back to older ones) or one of its step directories; under FSDP2
-            every rank passes it. The logs of the resumed run are truncated to the checkpoint's step.
+            every rank passes it. The logs of the resumed run are truncated to the checkpoint's step; the main
+            rank prints ``resuming <out_dir name> from step N`` on stderr.
         progress: show a tqdm bar when stderr is a TTY, else plain lines (every ~10% of the run or 30 s).
         stop_on_nan: stop when the logged training loss is not finite or above ``diverge_loss`` (marks the run
             ``diverged``; its logs up to that step are kept).
@@ -251,6 +252,9 @@ def train(
         data.load_state_dict(state["data"])
         start = int(state["step"])
         window = state["extra"].get("window")
+        if info.is_main:  # also with progress off: a resume is worth one line
+            name = os.path.basename(os.path.normpath(cfg.out_dir)) if cfg.out_dir else "the run"
+            print(f"resuming {name} from step {start}", file=sys.stderr, flush=True)
     fwd = torch.compile(model) if cfg.compile else model
     main = info.is_main
     logger = RunLogger(cfg.out_dir if main else None)

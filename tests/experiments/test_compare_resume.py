@@ -57,11 +57,16 @@ def test_interrupt_then_resume_equals_uninterrupted(tmp_path, monkeypatch, capsy
     assert main([*ARGS, "--out", part]) == 2  # refused without --resume / --force
     assert "--resume" in capsys.readouterr().err
     assert main([*ARGS, "--out", part, "--resume"]) == 0
+    assert "resuming spectra-adamw-s0 from step 16" in capsys.readouterr().err.splitlines()
     assert _rows(part) == _rows(straight)
     # the resumed run's log has each step once
     with open(os.path.join(part, "spectra-adamw-s0", "metrics.jsonl")) as f:
         steps = [json.loads(line)["step"] for line in f if '"loss"' in line]
     assert steps == sorted(set(steps)) == list(range(10, 31, 10))
+    # --resume into a folder without a comparison is refused, not a silent fresh start
+    assert main([*ARGS, "--out", str(tmp_path / "new"), "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --resume") and "without --resume" in err[0]
     # --force starts over
     assert main([*ARGS, "--out", part, "--force", "--optimizers", "adamw"]) == 0
     assert sorted(n for n in os.listdir(part) if n.endswith("-s0")) == ["adamw-s0"]

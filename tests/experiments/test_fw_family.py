@@ -51,7 +51,7 @@ def test_cli_family(tmp_path, capsys):
     assert rc == 0 and (tmp_path / "results.json").exists()
     assert "schatten p=5" in capsys.readouterr().out
     assert main(["experiment", "fw-logistic", "--family", "--bs", "0", "--out", str(tmp_path)]) == 2
-    assert "--bs must be > 0" in capsys.readouterr().err
+    assert "--b-values must be > 0" in capsys.readouterr().err
 
 
 def test_data_shapes():

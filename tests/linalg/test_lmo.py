@@ -74,6 +74,12 @@ def _away(g, b):
     return max(cand, key=lambda c: np.min(np.abs(s - c)) / c)
 
 
+def _unresolved_share(sv, smax, ref, reg, b, d, p):
+    """Norm of the part of X* carried by singular values below 1e-6 s_max, relative to max(||X*||_F, D)."""
+    small = sv[sv < 1e-6 * smax]
+    return float(np.linalg.norm(_s_star(small, reg, b, d, p)) / max(np.linalg.norm(ref), d))
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("reg,p", REGS, ids=[f"{r}{p or ''}" for r, p in REGS])
 def test_polar_matches_svd_oracle_fp32_fp64(reg, p, shape):
@@ -96,6 +102,10 @@ def test_polar_matches_svd_oracle_fp32_fp64(reg, p, shape):
                 b = _away(g, b)
             for d in (0.5, 3.0, 100.0):
                 ref = _oracle(g, reg, b, d, p)
+                if wide_span and reg == "schatten":
+                    # fp32: the part of X* on singular values below 1e-6 s_max, which O does not resolve, may be
+                    # lost; the rest within 1e-2 (measured on 25 seeds: error <= that share + 6e-3)
+                    tol_wide = 1e-2 + _unresolved_share(sv, smax, ref, reg, b, d, p)
                 tols = (tol_wide if wide_span else 1e-3, 1e-3 if wide_span else 5e-5)
                 for dt, tol in zip((torch.float32, torch.float64), tols):
                     out = spectral_lmo(g.to(dt), reg, b=b, radius=d, p=p)
@@ -210,3 +220,23 @@ def test_bad_arguments(kw, match):
         spectral_lmo(torch.randn(3, 4), "nuclear", b="1", radius=1.0)
     with pytest.raises(ValueError):
         spectral_lmo(torch.full((3, 4), float("nan")), "nuclear", b=1.0, radius=1.0)
+
+
+def test_wide_span_error_is_the_unresolved_share():
+    """A square Gaussian plus a 1e3 spike whose smallest singular value is 5e-8 s_max (seed 65): Schatten-9 in
+    fp32 loses the part of X* on it (share 0.03..0.1), and no more than 1e-2 beyond that."""
+    gen = torch.Generator().manual_seed(65)
+    _matrix((32, 32), "gauss", gen)
+    g = _matrix((32, 32), "spike", gen)
+    sv = np.linalg.svd(np64(g), compute_uv=False)
+    smax = float(sv.max())
+    assert sv.min() < 1e-7 * smax
+    shares = []
+    for b, d in ((1e-3 * smax, 0.5), (0.1 * smax, 3.0), (2 * smax, 0.5)):
+        ref = _oracle(g, "schatten", b, d, 9.0)
+        share = _unresolved_share(sv, smax, ref, "schatten", b, d, 9.0)
+        err = _err(spectral_lmo(g.float(), "schatten", b=b, radius=d, p=9.0), ref, d)
+        assert err <= 1e-2 + share, (b, d, err, share)
+        assert _err(spectral_lmo(g, "schatten", b=b, radius=d, p=9.0), ref, d) <= 1e-3  # fp64 resolves it
+        shares.append(share)
+    assert max(shares) > 0.05  # the case is a hard one: 2e-2 alone would not hold

@@ -84,7 +84,7 @@ def test_hf_gpt2_and_llama_configs():
     names = by_name(groups)
     assert names["transformer.wte.weight"][1] == names["transformer.wpe.weight"][1] == "embedding"
     assert "lm_head.weight" not in names  # tied to wte: listed once
-    assert names["transformer.h.0.attn.c_attn.weight"][1] == "matrix"
+    assert names["transformer.h.0.attn.c_attn.weight"][1] == "matrix(in,out)"  # Conv1D: stored (in, out)
     assert names["transformer.h.0.ln_1.weight"][1] == names["transformer.h.0.attn.c_attn.bias"][1] == "vector"
 
     lcfg = transformers.LlamaConfig(vocab_size=96, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -154,6 +154,18 @@ def test_table_shows_names_groups_and_alpha():
     table = param_group_table(opt, model)
     assert len(table.splitlines()) == 1 + sum(len(g["params"]) for g in groups)
     assert "head.weight" in table and "adamw/soft_clip" in table
+
+    def update(table, name):
+        return next(r for r in table.splitlines() if r.startswith(name + " ")).split()[3]
+
+    # what happens: the clip acts on matrices; gains and biases get the base update only, or the vector clip
+    names = [n for n, p in model.named_parameters() if p.ndim < 2]
+    assert names and all(update(table, n) == "adamw/none" for n in names)
+    assert update(table, "head.weight") == "adamw/soft_clip"
+    clipped = param_group_table(SpectraAdamW(param_groups(model), lr=1e-3, vector_clip=True), model)
+    assert all(update(clipped, n) == "adamw/vector_clip" for n in names)
+    muon = param_groups(model, optimizer=Muon)
+    assert all(update(muon.table(), n) == "adamw/none" for n in names)
 
 
 def test_bad_options_raise():
