@@ -83,17 +83,6 @@ def name_list(choices) -> callable:
     return parse
 
 
-def tokenizer_name(text: str) -> str:
-    """``type=`` for ``--tokenizer``: ``bytes`` or ``bpeN`` with N in [258, 65535]."""
-    from spectrakit.data.tokenizer import parse_tokenizer
-
-    try:
-        parse_tokenizer(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e).replace("tokenizer must be", "expected")) from None
-    return text
-
-
 def device_name(text: str) -> str:
     """``type=`` for ``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``; CUDA must be available."""
     if text == "auto":

@@ -68,6 +68,8 @@ TABLE = [
     (["experiment", "grokking", "--steps", "0"], 2, ["--steps"]),
     (["experiment", "xor-transfer", "--seeds", "a"], 2, ["--seeds"]),
     (["experiment", "spike-noise", "--lrs", "x"], 2, ["--lrs"]),
+    (["gpu-suite", "--stage", "nonexistent"], 2, ["--stage"]),
+    (["gpu-suite", "--device", "cuda:99"], 2, ["--device"]),
     (["nonexistent-command"], 2, ["nonexistent-command"]),
 ]
 
@@ -88,7 +90,7 @@ def test_table_walks_every_command():
 
 
 def test_unexpected_failure_is_one_line_exit_1(capsys, monkeypatch):
-    import spectrakit.experiments.results_table as rt
+    import spectrakit.commands.report as rt
 
     def boom(args):
         raise RuntimeError("something broke\nsecond line")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spectrakit._cliargs import tokenizer_name
 from spectrakit.data.corpora import CORPORA, CorpusUnavailableError, corpus_files
+from spectrakit.data.tokenizer import tokenizer_name
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

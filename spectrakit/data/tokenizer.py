@@ -7,6 +7,7 @@ reloaded from the cache; nothing is fetched from a hub.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Iterable
 
@@ -104,3 +105,12 @@ def load_or_train(spec: str, texts_fn, cache_path: str | None):
         tok.save(tmp)
         os.replace(tmp, cache_path)
     return tok
+
+
+def tokenizer_name(text: str) -> str:
+    """argparse ``type=`` for ``--tokenizer``: ``bytes`` or ``bpeN`` with N in [258, 65535]."""
+    try:
+        parse_tokenizer(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("tokenizer must be", "expected")) from None
+    return text

@@ -26,9 +26,10 @@ import time
 import torch
 
 from spectrakit._checks import check_choice, check_int
-from spectrakit._cliargs import int_list, name_list, positive_int, tokenizer_name
+from spectrakit._cliargs import int_list, name_list, positive_int
 from spectrakit.data.batches import TokenBatches
 from spectrakit.data.corpora import CORPORA
+from spectrakit.data.tokenizer import tokenizer_name
 from spectrakit.data.tokens import prepare, unigram_entropy
 from spectrakit.experiments import resources, runfolders
 from spectrakit.experiments.io import report

@@ -124,7 +124,7 @@ def test_other_write_errors_are_one_line_too(tmp_path, monkeypatch):
 
 
 def test_compare_on_a_full_disk_prints_one_line(tmp_path, tmp_path_factory, monkeypatch, capsys):
-    """The second checkpoint of a `spectrakit compare` run hits a full disk: one line, exit status 2, and
+    """The second checkpoint of a `spectrakit compare` run hits a full disk: one line, exit status 1, and
     the first checkpoint is intact."""
     from spectrakit.cli import main
 
@@ -135,7 +135,7 @@ def test_compare_on_a_full_disk_prints_one_line(tmp_path, tmp_path_factory, monk
                  "--seq-len", "16", "--eval-every", "20", "--eval-tokens", "64", "--ckpt-every", "10", "--quiet",
                  "--threads", "1", "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1, err
+    assert code == 1 and len(err) == 1, err
     assert err[0].startswith(f"error: no space left on device: {out}")
     monkeypatch.undo()
     runs = [d for d in os.listdir(out) if os.path.isdir(out / d / "checkpoints")]
