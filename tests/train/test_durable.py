@@ -7,6 +7,7 @@ import errno
 import os
 import pickle
 import random
+import select
 import signal
 import time
 import traceback
@@ -187,8 +188,13 @@ def _fork(work, *args, new_session: bool = False) -> tuple[int, int]:
     return pid, r
 
 
-def _read_ready(fd: int) -> bytes:
+def _read_ready(fd: int, pid: int, timeout: float = 120.0) -> bytes:
+    """The child's first line, or a failure (child killed) if none comes within ``timeout`` seconds."""
     with os.fdopen(fd, "rb") as f:
+        if not select.select([f], [], [], timeout)[0]:
+            os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the forked saver printed nothing within {timeout} s")
         return f.readline().strip()
 
 
@@ -198,10 +204,11 @@ def test_sigkill_during_saves_leaves_a_loadable_checkpoint(tmp_path, trials):
     checkpoint loads with one step's model and data state, and ``clean`` removes the partial files. The saver
     is forked from this interpreter (a trial costs about 0.2 s); the soak tier runs five times as many."""
     rng = random.Random(0)
+    _save(tmp_path / "warm", 1)  # the first save's imports happen here once, not in every forked child
     for trial in range(trials):
         root = tmp_path / f"t{trial}"
         pid, fd = _fork(_saver, str(root))
-        assert _read_ready(fd) == b"ready"
+        assert _read_ready(fd, pid) == b"ready"
         time.sleep(rng.uniform(0.0, 0.3))
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
@@ -235,11 +242,13 @@ def test_sigkill_of_both_fsdp2_ranks_during_saves(tmp_path, trials):
     step. One trial here (each starts two fresh ranks); the soak tier runs five."""
     workers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_kill_workers.py")
     rng = random.Random(1)
+    import spectrakit.distributed  # noqa: F401  (imported once here, not in every forked launcher)
+
     for trial in range(trials):
         root = tmp_path / f"t{trial}"
         # the launcher is forked from this interpreter, in its own process group with the two ranks
         pid, fd = _fork(_fsdp_saver, workers, str(root), new_session=True)
-        assert _read_ready(fd) == b"ready"
+        assert _read_ready(fd, pid) == b"ready"
         time.sleep(rng.uniform(0.0, 1.0))
         os.killpg(pid, signal.SIGKILL)  # both ranks and their launcher at once
         os.waitpid(pid, 0)
