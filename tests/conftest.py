@@ -4,10 +4,17 @@ scripts by path."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 
-import pytest
-import torch
+# numpy's and scipy's OpenBLAS start one thread per core at import, beside torch's own threads: the float64
+# references then spin against torch (the linear-algebra tests ran 2x slower on 2 cores). One BLAS thread for
+# them, set before anything imports numpy (importing torch does); torch's thread count is chosen below.
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

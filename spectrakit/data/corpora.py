@@ -51,12 +51,15 @@ def _python_doc_root() -> str | None:
 
 
 def _stdlib_files() -> list[str]:
+    """The standard library's ``*.py`` files (the same set as ``glob("**/*.py")`` without installed packages):
+    ``site-packages`` is pruned from the walk, not listed and filtered, since it often holds far more files
+    than the standard library."""
     root = sysconfig.get_paths()["stdlib"]
-    files = [
-        p
-        for p in _sorted_glob(root, ("**/*.py",))
-        if not {"site-packages", "dist-packages"} & set(os.path.relpath(p, root).split(os.sep))
-    ]
+    found = []
+    for folder, subdirs, names in os.walk(root, followlinks=True):
+        subdirs[:] = [d for d in subdirs if not d.startswith(".") and d not in ("site-packages", "dist-packages")]
+        found.extend(os.path.join(folder, n) for n in names if n.endswith(".py") and not n.startswith("."))
+    files = sorted(p for p in found if os.path.isfile(p))
     doc = _python_doc_root()
     return files + (_sorted_glob(doc, ("**/*.txt",)) if doc else [])
 

@@ -42,6 +42,27 @@ def test_stdlib_corpus_is_sorted_and_excludes_site_packages():
     assert any(f.endswith(os.sep + "os.py") for f in files)
 
 
+def test_stdlib_walk_equals_the_glob_without_installed_packages(tmp_path, monkeypatch):
+    """The pruned walk lists exactly what ``glob("**/*.py")`` minus ``site-packages``/``dist-packages`` lists
+    (the definition), on a tree with nested and hidden folders, hidden and non-.py files, a folder named like a
+    .py file, and installed packages at two depths."""
+    import glob
+
+    for rel in ["a.py", "pkg/b.py", "pkg/sub/c.py", "pkg/.hidden/d.py", ".hid/e.py", "pkg/.f.py", "g.pyc",
+                "h.txt", "site-packages/torch/i.py", "x/dist-packages/j.py", "x/site-packages-not/k.py",
+                "dir.py/l.py"]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    (tmp_path / "pkg" / "link").symlink_to(tmp_path / "pkg" / "sub")
+    monkeypatch.setattr(corpora.sysconfig, "get_paths", lambda: {"stdlib": str(tmp_path)})
+    monkeypatch.setattr(corpora, "_python_doc_root", lambda: None)
+    oracle = sorted(p for p in glob.glob(os.path.join(tmp_path, "**/*.py"), recursive=True)
+                    if os.path.isfile(p) and not {"site-packages", "dist-packages"}
+                    & set(os.path.relpath(p, tmp_path).split(os.sep)))
+    got = corpora._stdlib_files()
+    assert got == oracle and len(got) == 6, got
+
+
 @pytest.mark.parametrize("name,package", [("linux-doc", "linux-doc-6.1"), ("gcide", "dict-gcide")])
 def test_missing_debian_corpus_names_the_package(name, package, monkeypatch):
     monkeypatch.setattr(corpora.glob, "glob", lambda *a, **k: [])

@@ -395,14 +395,20 @@ def test_invalid_group_and_keywords():
 
 
 @pytest.mark.slow
-def test_torch_compile_step_matches_eager():
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.soak)])
+def test_torch_compile_step_matches_eager(backend):
     """``torch.compile(opt.step)`` traces the pipeline (no tensor-valued Python branches) and gives the
-    eager result, including a skipped non-finite step (global_clip keeps the compile short on CPU)."""
+    eager result, including a skipped non-finite step (global_clip keeps the compile short on CPU).
+    ``aot_eager`` traces the same graphs as inductor (the default tier); inductor's generated code runs in the
+    soak tier."""
+    from torch import _dynamo
+
+    _dynamo.reset()
     ps = [torch.nn.Parameter(torch.randn(8, 4)) for _ in range(3)] + [torch.nn.Parameter(torch.randn(4))]
     qs = [torch.nn.Parameter(p.detach().clone()) for p in ps]
     opt = O.SpectraAdamW(ps, post="global_clip", c=0.5, lr=0.01)
     ref = O.SpectraAdamW(qs, post="global_clip", c=0.5, lr=0.01)
-    step = torch.compile(opt.step)
+    step = torch.compile(opt.step, backend=backend)
     for i in range(4):
         for p, q in zip(ps, qs):
             p.grad = torch.randn_like(p)

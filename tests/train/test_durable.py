@@ -7,11 +7,10 @@ import errno
 import os
 import pickle
 import random
+import select
 import signal
-import subprocess
-import sys
-import textwrap
 import time
+import traceback
 
 import pytest
 import torch
@@ -155,10 +154,9 @@ def test_leftover_temporary_files_are_cleaned(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["latest", "step_00000001", "step_00000002"]
 
 
-SAVER = textwrap.dedent("""
-    import sys, torch
-    from spectrakit.train import checkpoint as ck
-    root = sys.argv[1]
+def _saver(root: str) -> None:
+    """Write checkpoints of one Linear(256, 256) + AdamW in a loop until killed; ``ready`` on stdout after
+    the first."""
     m = torch.nn.Linear(256, 256)
     opt = torch.optim.AdamW(m.parameters())
     for step in range(1, 100000):
@@ -167,20 +165,54 @@ SAVER = textwrap.dedent("""
                 p.fill_(float(step))
         ck.save_checkpoint(root, model=m, optimizer=opt, step=step, data_state={"position": step})
         if step == 1:
-            print("ready", flush=True)
-""")
+            os.write(1, b"ready\n")
 
 
-def test_sigkill_during_saves_leaves_a_loadable_checkpoint(tmp_path):
+def _fork(work, *args, new_session: bool = False) -> tuple[int, int]:
+    """``(pid, fd)``: ``work(*args)`` in a child forked from this interpreter (torch already imported: no new
+    interpreter to start), its stdout a pipe read through ``fd``. The child never returns into pytest."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child is killed; coverage is never saved there)
+        try:
+            os.close(r)
+            os.dup2(w, 1)
+            if new_session:
+                os.setsid()
+            torch.set_num_threads(1)  # a forked child must not use the parent's OpenMP pool
+            work(*args)
+        except BaseException:
+            os.write(2, traceback.format_exc().encode())
+        finally:
+            os._exit(1)
+    os.close(w)
+    return pid, r
+
+
+def _read_ready(fd: int, pid: int, timeout: float = 120.0) -> bytes:
+    """The child's first line, or a failure (child killed) if none comes within ``timeout`` seconds."""
+    with os.fdopen(fd, "rb") as f:
+        if not select.select([f], [], [], timeout)[0]:
+            os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the forked saver printed nothing within {timeout} s")
+        return f.readline().strip()
+
+
+@pytest.mark.parametrize("trials", [10, pytest.param(50, marks=pytest.mark.soak)])
+def test_sigkill_during_saves_leaves_a_loadable_checkpoint(tmp_path, trials):
+    """SIGKILL a process at a random moment while it writes checkpoints in a loop: the newest complete
+    checkpoint loads with one step's model and data state, and ``clean`` removes the partial files. The saver
+    is forked from this interpreter (a trial costs about 0.2 s); the soak tier runs five times as many."""
     rng = random.Random(0)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    for trial in range(10):
+    _save(tmp_path / "warm", 1)  # the first save's imports happen here once, not in every forked child
+    for trial in range(trials):
         root = tmp_path / f"t{trial}"
-        proc = subprocess.Popen([sys.executable, "-c", SAVER, str(root)], stdout=subprocess.PIPE, env=env)
-        assert proc.stdout.readline().strip() == b"ready"
+        pid, fd = _fork(_saver, str(root))
+        assert _read_ready(fd, pid) == b"ready"
         time.sleep(rng.uniform(0.0, 0.3))
-        proc.kill()
-        proc.wait()
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
         m = torch.nn.Linear(256, 256)
         state = ck.load_checkpoint(str(root), model=m)
         assert state["data"] == {"position": state["step"]} and float(m.weight[0, 0].detach()) == state["step"]
@@ -210,29 +242,30 @@ def test_signal_outside_the_training_loop_stops_at_once(signum, exc, code):
     assert interrupt.exit_code(info.value) == code and interrupt.requested() is None
 
 
-FSDP_SAVER = textwrap.dedent("""
-    import sys
+def _fsdp_saver(workers: str, root: str) -> None:
     from spectrakit.distributed import run_workers
-    run_workers(sys.argv[1] + ":saver", 2, args=(sys.argv[2],), timeout=600)
-""")
+
+    run_workers(workers + ":saver", 2, args=(root,), timeout=600)
 
 
 @pytest.mark.distributed
-def test_sigkill_of_both_fsdp2_ranks_during_saves(tmp_path):
+@pytest.mark.parametrize("trials", [1, pytest.param(5, marks=pytest.mark.soak)])
+def test_sigkill_of_both_fsdp2_ranks_during_saves(tmp_path, trials):
     """Kill the whole 2-rank FSDP2 job at random moments while it writes sharded checkpoints: the newest
     complete checkpoint always loads (resharded onto one process), with model, optimizer and loop state of one
-    step."""
+    step. One trial here (each starts two fresh ranks); the soak tier runs five."""
     workers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_kill_workers.py")
     rng = random.Random(1)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    for trial in range(5):
+    import spectrakit.distributed  # noqa: F401  (imported once here, not in every forked launcher)
+
+    for trial in range(trials):
         root = tmp_path / f"t{trial}"
-        proc = subprocess.Popen([sys.executable, "-c", FSDP_SAVER, workers, str(root)], stdout=subprocess.PIPE,
-                                env=env, start_new_session=True)
-        assert proc.stdout.readline().strip() == b"ready"
+        # the launcher is forked from this interpreter, in its own process group with the two ranks
+        pid, fd = _fork(_fsdp_saver, workers, str(root), new_session=True)
+        assert _read_ready(fd, pid) == b"ready"
         time.sleep(rng.uniform(0.0, 1.0))
-        os.killpg(proc.pid, signal.SIGKILL)  # both ranks and their launcher at once
-        proc.wait()
+        os.killpg(pid, signal.SIGKILL)  # both ranks and their launcher at once
+        os.waitpid(pid, 0)
         # load the 2-rank checkpoint in this process (DCP reshards to one rank)
         from spectrakit.optim import SpectraAdamW
 

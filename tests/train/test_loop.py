@@ -231,7 +231,17 @@ def test_cuda_bf16_autocast_step(make_model, tokens):
 
 
 @pytest.mark.slow
-def test_torch_compile_matches_eager(make_model, tokens):
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.soak)])
+def test_torch_compile_matches_eager(make_model, tokens, backend, monkeypatch):
+    """``TrainConfig(compile=True)`` gives the eager run's loss. ``aot_eager`` traces the same forward and
+    backward graphs as inductor without generating C++ (the default tier); inductor's code runs in the soak
+    tier."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend=backend))
+    from torch import _dynamo
+
+    _dynamo.reset()
     results = []
     for compiled in (False, True):
         model = make_model(0)

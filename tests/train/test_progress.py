@@ -35,8 +35,9 @@ def test_resumed_run_counts_from_its_start():
     assert [int(LINE.match(x)["k"]) for x in out.getvalue().splitlines()] == [60, 70, 80, 90, 100]
 
 
-def test_compare_prints_plain_lines_when_not_a_tty(tmp_path, capsys, monkeypatch, one_thread):
-    monkeypatch.setenv("SPECTRAKIT_CACHE", str(tmp_path / "cache"))
+def test_compare_prints_plain_lines_when_not_a_tty(tmp_path, tmp_path_factory, capsys, monkeypatch, one_thread):
+    # the tokenised corpus is shared with the other tests of the session (tests/experiments use the same cache)
+    monkeypatch.setenv("SPECTRAKIT_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
     cmp.compare(optimizers=("adamw",), setting="cpu", tokenizer="bytes", steps=20, batch_size=2, seq_len=16,
                 warmup=2, eval_every=10, eval_tokens=64, diag_every=10, out=str(tmp_path / "run"), progress=True)
     err = capsys.readouterr().err  # captured: not a TTY
