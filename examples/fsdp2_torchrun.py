@@ -3,8 +3,8 @@
 ``spectrakit.distributed.save_checkpoint``/``load_checkpoint``, which read a checkpoint folder without running
 code from it (DCP itself unpickles its ``.metadata`` file freely).
 
-    torchrun --standalone --nproc_per_node=2 examples/fsdp2_torchrun.py --max-steps 200 --ckpt /tmp/ckpt
-    torchrun --standalone --nproc_per_node=4 examples/fsdp2_torchrun.py --max-steps 400 --ckpt /tmp/ckpt --resume
+    torchrun --standalone --nproc_per_node=2 examples/fsdp2_torchrun.py --steps 200 --ckpt /tmp/ckpt
+    torchrun --standalone --nproc_per_node=4 examples/fsdp2_torchrun.py --steps 400 --ckpt /tmp/ckpt --resume
 
 The preset notices the DTensor parameters and becomes ``spectrakit.distributed.sharded(SpectraAdamW)``: each
 matrix's spectral clip is computed once in the job on the gathered matrix, so the result equals single-process
@@ -26,7 +26,8 @@ from spectrakit.optim import SpectraAdamW, param_groups
 from spectrakit.train.schedules import make_scheduler
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--max-steps", type=int, default=200)
+parser.add_argument("--steps", "--max-steps", dest="max_steps", type=int, default=200,
+                    help="training steps (--max-steps: the earlier spelling)")
 parser.add_argument("--lr", type=float, default=3e-3)
 parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
 parser.add_argument("--warmup", type=int, default=20)
@@ -37,7 +38,7 @@ parser.add_argument("--data-files", nargs="*", help="text files to train on inst
 parser.add_argument("--ckpt", default=None, help="DCP checkpoint folder, written at the end")
 parser.add_argument("--resume", action="store_true", help="load --ckpt first and continue from its step")
 parser.add_argument("--stop-after", type=int, default=None,
-                    help="stop and checkpoint after this many steps (a preempted job); the schedule spans --max-steps")
+                    help="stop and checkpoint after this many steps (a preempted job); the schedule spans --steps")
 args = parser.parse_args()
 
 dist.init_process_group("gloo")  # "nccl" with one GPU per process (and the model/batches on that GPU)

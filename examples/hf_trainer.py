@@ -1,7 +1,7 @@
 """SPECTRA with the Hugging Face ``Trainer``: a tiny GPT-2 built locally (no hub download) on an offline corpus.
 
     pip install 'spectrakit[examples]'
-    python examples/hf_trainer.py --max-steps 200
+    python examples/hf_trainer.py --steps 200
 
 ``Trainer(optimizers=(SpectraAdamW(param_groups(model), ...), scheduler))`` replaces the Trainer's AdamW; the
 Trainer's own ``learning_rate``/``weight_decay`` arguments are then unused. GPT-2's ``lm_head`` is tied to
@@ -25,7 +25,8 @@ from spectrakit.optim import SpectraAdamW, param_groups
 from spectrakit.train.diagnostics import SpectralDiagnostics
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--max-steps", type=int, default=200)
+parser.add_argument("--steps", "--max-steps", dest="max_steps", type=int, default=200,
+                    help="training steps (--max-steps: the earlier spelling)")
 parser.add_argument("--lr", type=float, default=3e-3)
 parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
 parser.add_argument("--warmup", type=int, default=20)

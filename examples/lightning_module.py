@@ -1,7 +1,7 @@
 """SPECTRA in a Lightning module: ``configure_optimizers`` returns a SPECTRA optimizer and a per-step scheduler.
 
     pip install 'spectrakit[examples]'
-    python examples/lightning_module.py --max-steps 200
+    python examples/lightning_module.py --steps 200
 
 Lightning calls ``optimizer.step()`` once per batch; SPECTRA needs nothing else (no manual optimization).
 ``SpectralDiagnostics.attach`` in ``on_fit_start`` logs spectral norms through ``self.log``.
@@ -25,7 +25,8 @@ from spectrakit.train.diagnostics import SpectralDiagnostics
 from spectrakit.train.schedules import make_scheduler
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--max-steps", type=int, default=200)
+parser.add_argument("--steps", "--max-steps", dest="max_steps", type=int, default=200,
+                    help="training steps (--max-steps: the earlier spelling)")
 parser.add_argument("--lr", type=float, default=3e-3)
 parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
 parser.add_argument("--warmup", type=int, default=20)

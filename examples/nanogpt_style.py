@@ -1,6 +1,6 @@
 """SPECTRA in a minimal nanoGPT-style training loop (copy-paste starting point).
 
-    python examples/nanogpt_style.py --max-steps 200
+    python examples/nanogpt_style.py --steps 200
 
 The three lines that matter: ``param_groups(model)`` (which parameters get the spectral update),
 ``SpectraAdamW(groups, lr=..., c=..., warmup_steps=...)`` and, optionally, ``SpectralDiagnostics().attach``
@@ -19,7 +19,8 @@ from spectrakit.train.diagnostics import SpectralDiagnostics
 from spectrakit.train.schedules import make_scheduler
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("--max-steps", type=int, default=200)
+parser.add_argument("--steps", "--max-steps", dest="max_steps", type=int, default=200,
+                    help="training steps (--max-steps: the earlier spelling)")
 parser.add_argument("--lr", type=float, default=3e-3, help="peak LR (the AdamW LR is a good start)")
 parser.add_argument("--c", type=float, default=10.0, help="SPECTRA clip threshold")
 parser.add_argument("--warmup", type=int, default=20)

@@ -1,4 +1,4 @@
-"""Every script in examples/ runs end to end with ``--max-steps 3`` on a small offline corpus (real Python
+"""Every script in examples/ runs end to end with ``--steps 3`` on a small offline corpus (real Python
 standard-library sources); the Lightning module trains exactly like the plain loop; the FSDP2 example runs on
 2 gloo processes under torchrun and resumes from its DCP checkpoint to the same losses as an uninterrupted run.
 Examples whose framework is missing are skipped, naming the package."""
@@ -58,7 +58,7 @@ def needs(module: str):
 
 def test_nanogpt_style(data_env):
     env, data = data_env
-    out = run([sys.executable, "examples/nanogpt_style.py", "--max-steps", "3", "--diagnostics-every", "1", *data],
+    out = run([sys.executable, "examples/nanogpt_style.py", "--steps", "3", "--diagnostics-every", "1", *data],
               env)
     assert "embed.weight" in out and "adamw/soft_clip" in out  # the parameter table
     assert len(losses(out)) == 2 and all(0 < v < 10 for v in losses(out))
@@ -68,8 +68,8 @@ def test_nanogpt_style(data_env):
 @needs("lightning")
 def test_lightning_module_matches_the_plain_loop(data_env):
     env, data = data_env
-    out = run([sys.executable, "examples/lightning_module.py", "--max-steps", "3", *data], env)
-    plain = run([sys.executable, "examples/nanogpt_style.py", "--max-steps", "3", "--diagnostics-every", "1",
+    out = run([sys.executable, "examples/lightning_module.py", "--steps", "3", *data], env)
+    plain = run([sys.executable, "examples/nanogpt_style.py", "--steps", "3", "--diagnostics-every", "1",
                  *data], env)
     final = float(re.search(r"final loss ([0-9.]+)", out).group(1))
     assert final == pytest.approx(losses(plain)[-1], abs=1e-4)  # same model, data, optimizer and schedule
@@ -81,7 +81,7 @@ def test_lightning_module_matches_the_plain_loop(data_env):
 @needs("accelerate")
 def test_hf_trainer(data_env):
     env, data = data_env
-    out = run([sys.executable, "examples/hf_trainer.py", "--max-steps", "3", *data], env)
+    out = run([sys.executable, "examples/hf_trainer.py", "--steps", "3", *data], env)
     assert 0 < float(re.search(r"final train loss ([0-9.]+)", out).group(1)) < 10
     assert "max ||U||_2" in out
 
@@ -92,7 +92,7 @@ def test_fsdp2_torchrun_resumes_exactly(data_env, tmp_path):
     """3 of 5 steps, checkpoint, resume for the last 2: the same losses as 5 uninterrupted steps."""
     env, data = data_env
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                "examples/fsdp2_torchrun.py", "--max-steps", "5", *data]
+                "examples/fsdp2_torchrun.py", "--steps", "5", *data]
     full = losses(run(torchrun, env))
     ckpt = str(tmp_path / "ckpt")
     first = run([*torchrun, "--ckpt", ckpt, "--stop-after", "3"], env)
