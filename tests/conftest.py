@@ -21,10 +21,11 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 def pytest_configure(config):
     """Use only the cores not busy with other work (the command line's policy): on a loaded machine, one
-    thread per core makes the suite several times slower."""
+    thread per core makes the suite several times slower. Under pytest-xdist (``-n``, one test process per
+    core) each process uses one thread."""
     from spectrakit._threads import apply_threads
 
-    apply_threads()
+    apply_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else None)
 
 
 def pytest_collection_modifyitems(config, items):
