@@ -87,7 +87,9 @@ def run(ctx) -> StageResult:
             continue
         xml_path = os.path.join(out, f"{name}.xml")
         log_path = os.path.join(out, f"{name}.log")
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml_path}", *args]
+        # one test process (-n 0: the project's pytest settings start one per core; CUDA tests share one GPU)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", f"--junitxml={xml_path}",
+               *args]
         remaining = max(10.0, ctx.budget_s - ctx.elapsed())
         with open(log_path, "w") as log:
             try:
