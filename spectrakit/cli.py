@@ -206,18 +206,17 @@ def main(argv: list[str] | None = None) -> int:
     signals = (interrupt.signal.SIGINT, interrupt.signal.SIGTERM)
     previous = {s: interrupt.signal.getsignal(s) for s in signals}
     interrupt.install_exit_handlers()
-    stopped = False
     try:
         code = _main(argv)
     except KeyboardInterrupt as e:  # Terminated (SIGTERM) too
         interrupt.ignore_signals()  # the command is stopping: a further Ctrl-C must not add a traceback
         print(interrupt.message(e), file=sys.stderr)
-        code, stopped = interrupt.exit_code(e), True
-    for s in signals:
-        if argv is not None:  # called from Python: give the caller its handlers back
-            interrupt.signal.signal(s, previous[s])
-        elif not stopped:  # the process ends next: a late signal ends it in one line
-            interrupt.signal.signal(s, interrupt.exit_now)
+        code = interrupt.exit_code(e)
+    finally:  # (also after --help or a usage error, which leave through SystemExit)
+        if argv is None:  # the command has printed its result and the process ends next: a late signal is
+            interrupt.ignore_signals()  # ignored (Python's shutdown would restore the default: death by signal)
+        else:  # called from Python: give the caller its handlers back
+            interrupt.uninstall_exit_handlers(previous)
     return code
 
 

@@ -95,3 +95,42 @@ def test_sweep_signal(tmp_path, signum):
     proc.send_signal(signum)
     line = _finish(proc, CODE[signum])
     assert "interrupted at step" in line and "spectrakit sweep" in line
+
+
+def _script(tmp_path, code):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_second_signal_while_the_checkpoint_is_written_exits_at_once(tmp_path, signum):
+    """The first signal asks the loop to stop; a second one arriving while the checkpoint is being written
+    (here: inside the save) ends the process with one line, never an exception raised inside the writer."""
+    code = f"""
+import os, signal, sys
+from spectrakit.train import interrupt
+interrupt.install_exit_handlers()
+with interrupt.graceful(), interrupt.deferred():
+    os.kill(os.getpid(), {int(signum)})
+    assert interrupt.requested() == {int(signum)}
+    os.kill(os.getpid(), {int(signum)})  # "while saving"
+    print("not reached")
+"""
+    r = _script(tmp_path, code)
+    assert r.returncode == CODE[signum], (r.returncode, r.stderr)
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_signal_during_interpreter_shutdown_is_ignored(tmp_path):
+    """After the command has printed its result, a signal during Python's shutdown (when Python restores the
+    default handlers) neither kills the process by the signal nor prints a traceback."""
+    code = """
+import atexit, os, signal, sys, time
+atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.1)))
+sys.argv = ["spectrakit"]
+from spectrakit.cli import main
+sys.exit(main())
+"""
+    r = _script(tmp_path, code)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "Exception" not in r.stderr, (r.returncode,
+                                                                                               r.stderr)

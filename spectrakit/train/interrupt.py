@@ -18,6 +18,7 @@ from collections.abc import Iterator
 _requested: int | None = None
 _deferring = 0  # > 0 inside the training loop (see deferred): the first signal only requests a stop
 _exiting: int | None = None  # the signal being unwound by install_exit_handlers' handler
+_exit_on_second = False  # a command line (install_exit_handlers): a second signal while stopping ends the process
 
 
 class Terminated(KeyboardInterrupt):
@@ -38,22 +39,36 @@ def _raise(signum: int) -> None:
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+def _unwind(signum: int) -> None:
+    """Raise for ``signum``; under a command line a further signal while this one unwinds exits at once."""
+    global _exiting
+    if _exit_on_second:
+        if _exiting is not None:
+            exit_now(signum)
+        _exiting = signum
+    _raise(signum)
+
+
 def install_exit_handlers() -> None:
     """For a command line: SIGINT raises :class:`KeyboardInterrupt` and SIGTERM raises :class:`Terminated`,
     at any moment, so that both unwind to the command's entry point (which prints one line and exits
     130 / 143). A further signal while the first one unwinds prints that line and exits at once."""
 
     def handler(signum, frame):
-        global _exiting
-        if _exiting is not None:
-            exit_now(signum)
-        _exiting = signum
-        _raise(signum)
+        _unwind(signum)
 
-    global _exiting
-    _exiting = None
+    global _exiting, _exit_on_second
+    _exiting, _exit_on_second = None, True
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, handler)
+
+
+def uninstall_exit_handlers(previous: dict) -> None:
+    """Give a Python caller its signal handlers back (``previous``: signal number -> handler)."""
+    global _exit_on_second
+    _exit_on_second = False
+    for s, h in previous.items():
+        signal.signal(s, h)
 
 
 def exit_now(signum: int, frame=None) -> None:
@@ -131,14 +146,19 @@ def graceful() -> Iterator[None]:
     """Within this block, SIGINT and SIGTERM received inside the training loop (:func:`deferred`) request a
     graceful stop instead of killing the process; a second signal, or one received outside the loop (data
     preparation, model set-up), stops at once: :class:`KeyboardInterrupt` for SIGINT, :class:`Terminated`
-    for SIGTERM. Previous handlers are restored afterwards."""
+    for SIGTERM. Under a command line (:func:`install_exit_handlers`) a second signal while the first one's
+    checkpoint is being written ends the process at once (:func:`exit_now`, exit status 128 + signal): an
+    exception raised inside the writer would turn into an unrelated error, and the save is atomic, so the
+    previous checkpoint stays current. Previous handlers are restored afterwards."""
     clear()
 
     def handler(signum, frame):
         if _deferring and _requested is None:
             request(signum)
             return
-        _raise(signum)
+        if _requested is not None and _exit_on_second:
+            exit_now(signum)
+        _unwind(signum)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
