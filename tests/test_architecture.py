@@ -27,11 +27,15 @@ LAYERS: dict[str, set[str]] = {
     "data": {"ground", "linalg", "optim", "conv", "manifold"},
     "checkpoint": {"ground"},
     "distributed": {"ground", "linalg", "optim", "conv", "manifold", "models", "data", "checkpoint"},
-    "train": {"ground", "linalg", "optim", "conv", "manifold", "models", "data", "checkpoint", "distributed"},
+    # entry points for other frameworks (torchtitan); each imports its framework lazily
+    "integrations": {"ground", "linalg", "optim", "conv", "manifold", "models", "data", "checkpoint",
+                     "distributed"},
+    "train": {"ground", "linalg", "optim", "conv", "manifold", "models", "data", "checkpoint", "distributed",
+              "integrations"},
     "experiments": {"ground", "linalg", "optim", "conv", "manifold", "models", "data", "checkpoint",
-                    "distributed", "train"},
+                    "distributed", "integrations", "train"},
     "commands": {"ground", "linalg", "optim", "conv", "manifold", "models", "data", "checkpoint",
-                 "distributed", "train", "experiments"},
+                 "distributed", "integrations", "train", "experiments"},
 }
 
 
