@@ -35,6 +35,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from spectrakit._checks import check_choice, check_scalar
 from spectrakit.optim import (
     MARS,
@@ -111,9 +113,22 @@ def _torchtitan_optimizer():
     return optimizer
 
 
+def _restart_counters(opt: Spectra) -> None:
+    """Step counters of ``opt`` back to 0 (per-parameter ``step``, per-group ``steps_taken`` and
+    ``skipped_steps``), after a zero-gradient step that created its state and left the moments at zero."""
+    for group in opt.param_groups:
+        group["steps_taken"] = 0
+        group["skipped_steps"].zero_()
+    for state in opt.state.values():
+        if isinstance(state.get("step"), torch.Tensor):
+            state["step"].zero_()
+
+
 @functools.cache
 def _container_class() -> type:
     tt = _torchtitan_optimizer()
+    from torchtitan.components.optimizer.utils import init_optim_state
+
     base = tt.OptimizersContainer
 
     class SpectraOptimizersContainer(base):
@@ -137,6 +152,17 @@ def _container_class() -> type:
                     f"optimizer_name must be one of {sorted(OPTIMIZERS)} or a name torchtitan builds itself "
                     f"(e.g. 'AdamW'), got {name!r}"
                 ) from None
+
+        def state_dict(self) -> dict[str, Any]:
+            """torchtitan's flat, name-keyed state dict. A spectrakit optimizer that has not stepped yet gets its
+            state as torchtitan makes it (one step with zero gradients and ``lr = 0``: parameters and moments
+            stay as they are), then its step counters are put back to 0, so saving before the first step
+            leaves the run unchanged."""
+            fresh = [o for o in self.optimizers if isinstance(o, Spectra) and not o.state]
+            for o in fresh:
+                init_optim_state(o)
+                _restart_counters(o)
+            return base.state_dict(self)
 
     SpectraOptimizersContainer.__module__ = __name__
     SpectraOptimizersContainer.Config.__module__ = __name__

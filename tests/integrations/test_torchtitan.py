@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import re
 import sys
 
 import pytest
@@ -209,7 +210,7 @@ def test_spectra_optimizers_config(titan):
                                                                                            "weight_decay": 0.05})
     opt = config.build(model_parts=[_model()])
     assert [type(o) for o in opt] == [torch.optim.AdamW, DMuon]
-    n_side = sum(1 for n, _ in _model().named_parameters() if __import__("re").search(SIDE, n))
+    n_side = sum(1 for n, _ in _model().named_parameters() if re.search(SIDE, n))
     assert len(opt.optimizers[0].param_groups[0]["params"]) == n_side == 7  # embed, head, final norm, 4 norms
 
 
@@ -316,3 +317,23 @@ def test_job_config_parsed_by_torchtitan_config_manager(titan, tmp_path, monkeyp
     opt = job.optimizer.build(model_parts=[_model()])
     (inner,) = opt.optimizers
     assert type(inner) is SpectraSignum and inner.param_groups[0]["c"] == 2.0
+
+
+@pytest.mark.parametrize("name", ["SpectraAdamW", "Muon", "SpectraMARS"])
+def test_state_dict_before_the_first_step_leaves_the_run_unchanged(titan, name):
+    """torchtitan makes missing optimizer state with a zero-gradient, lr = 0 step (its checkpoint reads the
+    state dict before training when it saves at step 0); for spectrakit optimizers the counters go back to
+    0, so the run continues bit for bit as one that never saved. (torch's AdamW keeps torchtitan's
+    ``step = 1``, so the config here has no AdamW group.)"""
+    config = tt_spectra.spectra_optimizers(name, lr=1e-2)
+    model, twin = _model(), _model()
+    opt, twin_opt = config.build(model_parts=[model]), config.build(model_parts=[twin])
+    flat = opt.state_dict()
+    _assert_same_params(model, twin)
+    (spectral,) = opt.optimizers
+    assert spectral.param_groups[0]["steps_taken"] == 0 and int(spectral.param_groups[0]["skipped_steps"]) == 0
+    assert all(float(s["step"]) == 0 for s in spectral.state.values())
+    assert flat["param_groups.blocks.0.attn.q_proj.weight.steps_taken"] == 0
+    batches = _batches(3)
+    assert _train(model, opt, batches) == _train(twin, twin_opt, batches)
+    _assert_same_params(model, twin)
