@@ -164,7 +164,8 @@ def _container_class() -> type:
                 _restart_counters(o)
             return base.state_dict(self)
 
-    SpectraOptimizersContainer.__module__ = __name__
+    SpectraOptimizersContainer.__module__ = __name__  # found again through the module's __getattr__ (pickle)
+    SpectraOptimizersContainer.__qualname__ = "SpectraOptimizersContainer"
     SpectraOptimizersContainer.Config.__module__ = __name__
     SpectraOptimizersContainer.Config.__qualname__ = "SpectraOptimizersContainer.Config"
     return SpectraOptimizersContainer

@@ -199,6 +199,18 @@ def test_unknown_optimizer_name_in_config(titan):
         config.build(model_parts=[_model()])
 
 
+def test_config_pickles_and_copies(titan):
+    """A job's config is copied and may be pickled (e.g. to other processes): the classes are found again by
+    name, through the module's ``__getattr__``."""
+    import pickle
+
+    config = tt_spectra.spectra_optimizers("SpectraSignum", lr=3e-3, c=2.0)
+    for clone in (pickle.loads(pickle.dumps(config)), copy.deepcopy(config)):
+        assert type(clone) is tt_spectra.SpectraOptimizersContainer.Config and clone == config
+    container = tt_spectra.SpectraOptimizersContainer
+    assert pickle.loads(pickle.dumps(container)) is container
+
+
 def test_spectra_optimizers_config(titan):
     config = tt_spectra.spectra_optimizers("DMuon", lr=1e-3, adamw_pattern=SIDE, adamw_kwargs={"lr": 2e-3},
                                            weight_decay=0.05)
@@ -253,6 +265,8 @@ def test_flat_state_dict_round_trip(titan):
     _assert_same_params(model, resumed)
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+@pytest.mark.filterwarnings("ignore:To get the last learning rate:UserWarning")
 def test_dcp_checkpoint_through_torchtitan_checkpoint_manager(titan, tmp_path):
     """Save with torchtitan's CheckpointManager (DCP, no process group) after 3 steps, load into a fresh
     model and container, take 2 more steps on both: equal parameters."""
