@@ -113,12 +113,17 @@ def _torchtitan_optimizer():
     return optimizer
 
 
-def _restart_counters(opt: Spectra) -> None:
-    """Step counters of ``opt`` back to 0 (per-parameter ``step``, per-group ``steps_taken`` and
-    ``skipped_steps``), after a zero-gradient step that created its state and left the moments at zero."""
-    for group in opt.param_groups:
-        group["steps_taken"] = 0
-        group["skipped_steps"].zero_()
+def _materialize_state(opt: Spectra, init_optim_state) -> None:
+    """Create the empty state of ``opt`` with torchtitan's ``init_optim_state`` (one step with zero gradients at
+    ``lr = 0``: parameters and moments unchanged), then undo that step's counting: the per-group ``steps_taken``
+    and ``skipped_steps`` get their earlier values back and each new per-parameter ``step`` is 0."""
+    before = [(g["steps_taken"], g["skipped_steps"].clone()) for g in opt.param_groups]
+    init_optim_state(opt)
+    if not opt.state:  # torchtitan left it alone (a gradient was set)
+        return
+    for group, (steps, skipped) in zip(opt.param_groups, before):
+        group["steps_taken"] = steps
+        group["skipped_steps"].copy_(skipped)
     for state in opt.state.values():
         if isinstance(state.get("step"), torch.Tensor):
             state["step"].zero_()
@@ -158,10 +163,9 @@ def _container_class() -> type:
             state as torchtitan makes it (one step with zero gradients and ``lr = 0``: parameters and moments
             stay as they are), then its step counters are put back to 0, so saving before the first step
             leaves the run unchanged."""
-            fresh = [o for o in self.optimizers if isinstance(o, Spectra) and not o.state]
-            for o in fresh:
-                init_optim_state(o)
-                _restart_counters(o)
+            for o in self.optimizers:
+                if isinstance(o, Spectra) and not o.state:
+                    _materialize_state(o, init_optim_state)
             return base.state_dict(self)
 
     SpectraOptimizersContainer.__module__ = __name__  # found again through the module's __getattr__ (pickle)

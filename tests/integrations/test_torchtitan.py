@@ -351,3 +351,16 @@ def test_state_dict_before_the_first_step_leaves_the_run_unchanged(titan, name):
     batches = _batches(3)
     assert _train(model, opt, batches) == _train(twin, twin_opt, batches)
     _assert_same_params(model, twin)
+
+
+def test_state_dict_keeps_counts_of_steps_without_gradients(titan):
+    """A step with no gradient at all counts in ``steps_taken`` but creates no state; making the state for a
+    state dict afterwards keeps that count (only torchtitan's own zero-gradient step is not counted)."""
+    opt = tt_spectra.spectra_optimizers("SpectraAdamW", lr=1e-2).build(model_parts=[_model()])
+    opt.step()  # no gradients yet
+    (inner,) = opt.optimizers
+    assert inner.param_groups[0]["steps_taken"] == 1 and not inner.state
+    flat = opt.state_dict()
+    assert inner.param_groups[0]["steps_taken"] == 1 and int(inner.param_groups[0]["skipped_steps"]) == 0
+    assert flat["param_groups.head.weight.steps_taken"] == 1
+    assert all(float(s["step"]) == 0 for s in inner.state.values()) and inner.state
