@@ -70,11 +70,12 @@ from spectrakit._checks import check_choice, check_int, check_scalar, check_tens
 
 from ._util import compute_dtype, frob, mT, pow2_scale, tiny_for
 from .eig import CLIP_PASSES, clip_sym, eigen_signs
+from .lmo_gram import GRAM_DEVICE_TYPES, gram_map_, lmo_weights
 from .polar import clip_sign, to_wide
 from .schedules import polar_express_coeffs, steps_for
 
 REGULARIZERS = ("frobenius", "nuclear", "schatten", "entropy")
-METHODS = ("polar", "exact")
+METHODS = ("gram", "polar", "exact")
 # largest number of square roots for the fractional part of q = 1/(p-1) (q a multiple of 2^-MAX_HALVINGS)
 MAX_HALVINGS = 4
 _TAYLOR_DEGREE = 12
@@ -90,6 +91,12 @@ def _exponent_parts(p: float) -> tuple[int, int]:
             f"p={p}: method='polar' needs 1/(p-1) to be a positive multiple of 1/{2**MAX_HALVINGS} "
             f"(e.g. p = 3, 5, 9, 17, 2, 1.5, 5/3); use method='exact' for other p")
     return j_all // 2**MAX_HALVINGS, j_all % 2**MAX_HALVINGS
+
+
+def default_method(device: torch.device) -> str:
+    """``method=None`` of :func:`spectral_lmo`: ``"gram"`` on CPU (:data:`~.lmo_gram.GRAM_DEVICE_TYPES`),
+    ``"polar"`` elsewhere (``torch.linalg.eigh`` blocks a CUDA device until the host reads its status)."""
+    return "gram" if torch.device(device).type in GRAM_DEVICE_TYPES else "polar"
 
 
 def check_lmo_args(regularizer, b, radius, p, method: str = "polar") -> None:
@@ -245,7 +252,7 @@ def _polar(xw: torch.Tensor, regularizer, b, radius, p, cdt, steps) -> torch.Ten
 
 
 def spectral_lmo(G: torch.Tensor, regularizer: str, *, b: float, radius: float, p: float | None = None,
-                 method: str = "polar", steps: int | None = None, dtype: torch.dtype | None = None
+                 method: str | None = None, steps: int | None = None, dtype: torch.dtype | None = None
                  ) -> torch.Tensor:
     """Regularised linear minimisation oracle ``argmin_{||X||_2 <= D} <G, X> + psi(X)`` (Jiang, Semenov &
     Stich 2026, §3.1 and Appendix E.3).
@@ -280,6 +287,7 @@ def spectral_lmo(G: torch.Tensor, regularizer: str, *, b: float, radius: float, 
             p <= 1, p given for another regularizer, a Schatten p the polar route does not support.
     """
     check_tensor(G, "G", min_ndim=2)
+    method = default_method(G.device) if method is None else method
     check_lmo_args(regularizer, b, radius, p, method)
     if steps is not None:
         check_int(steps, "steps", low=1, high=100)
@@ -290,8 +298,35 @@ def spectral_lmo(G: torch.Tensor, regularizer: str, *, b: float, radius: float, 
         return G.clone()
     if method == "exact":
         return _exact(G, regularizer, b, radius, p)
+    if method == "gram":
+        work = torch.float64 if G.dtype == torch.float64 else torch.float32
+        x = G.to(work, copy=True, memory_format=torch.contiguous_format)
+        out = gram_map_(x.reshape(-1, *G.shape[-2:]), lmo_weights(regularizer, b, radius, p), sign=-1.0)
+        return out.reshape(G.shape).to(G.dtype)
     x, transposed = to_wide(G)
     work = torch.float32 if cdt == torch.bfloat16 else cdt
     out = -_polar(x.to(work), regularizer, b, radius, p, cdt, steps)
     out = mT(out) if transposed else out
     return out.to(G.dtype)
+
+
+def spectral_lmo_(X: torch.Tensor, regularizer: str, *, b: float, radius: float, p: float | None = None,
+                  steps: int | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """In-place :func:`spectral_lmo` with the default method: overwrites ``X`` with ``X*`` and returns it.
+
+    On the Gram route (CPU, ``X`` float32/float64 and contiguous) no full-size temporary is allocated: the
+    Gram matrix, its float64 eigendecomposition and ``W`` (``min(m, n)^2`` float64 each) and one block of at
+    most ``2^20`` float64 elements (:mod:`spectrakit.linalg.lmo_gram`). Elsewhere the out-of-place result is
+    copied into ``X``. Arguments and errors as :func:`spectral_lmo` (``method``: the default).
+    """
+    check_tensor(X, "X", min_ndim=2)
+    if (default_method(X.device) == "gram" and X.dtype in (torch.float32, torch.float64)
+            and X.is_contiguous() and X.numel() > 0):
+        check_lmo_args(regularizer, b, radius, p, "gram")
+        if steps is not None:
+            check_int(steps, "steps", low=1, high=100)
+        compute_dtype(X, dtype)
+        p = None if p is None else float(p)
+        gram_map_(X.view(-1, *X.shape[-2:]), lmo_weights(regularizer, float(b), float(radius), p), sign=-1.0)
+        return X
+    return X.copy_(spectral_lmo(X, regularizer, b=b, radius=radius, p=p, steps=steps, dtype=dtype))
