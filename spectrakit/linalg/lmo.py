@@ -93,9 +93,12 @@ def _exponent_parts(p: float) -> tuple[int, int]:
     return j_all // 2**MAX_HALVINGS, j_all % 2**MAX_HALVINGS
 
 
-def default_method(device: torch.device) -> str:
-    """``method=None`` of :func:`spectral_lmo`: ``"gram"`` on CPU (:data:`~.lmo_gram.GRAM_DEVICE_TYPES`),
-    ``"polar"`` elsewhere (``torch.linalg.eigh`` blocks a CUDA device until the host reads its status)."""
+def default_method(device: torch.device, requires_grad: bool = False) -> str:
+    """``method=None`` of :func:`spectral_lmo`: ``"gram"`` on CPU (:data:`~.lmo_gram.GRAM_DEVICE_TYPES`) for an
+    input that autograd does not track, ``"polar"`` elsewhere (``torch.linalg.eigh`` blocks a CUDA device
+    until the host reads its status, and its backward is not finite at repeated or zero eigenvalues)."""
+    if requires_grad and torch.is_grad_enabled():
+        return "polar"
     return "gram" if torch.device(device).type in GRAM_DEVICE_TYPES else "polar"
 
 
@@ -287,7 +290,7 @@ def spectral_lmo(G: torch.Tensor, regularizer: str, *, b: float, radius: float, 
             p <= 1, p given for another regularizer, a Schatten p the polar route does not support.
     """
     check_tensor(G, "G", min_ndim=2)
-    method = default_method(G.device) if method is None else method
+    method = default_method(G.device, G.requires_grad) if method is None else method
     check_lmo_args(regularizer, b, radius, p, method)
     if steps is not None:
         check_int(steps, "steps", low=1, high=100)
@@ -301,7 +304,7 @@ def spectral_lmo(G: torch.Tensor, regularizer: str, *, b: float, radius: float, 
     if method == "gram":
         work = torch.float64 if G.dtype == torch.float64 else torch.float32
         x = G.to(work, copy=True, memory_format=torch.contiguous_format)
-        out = gram_map_(x.reshape(-1, *G.shape[-2:]), lmo_weights(regularizer, b, radius, p), sign=-1.0)
+        out = gram_map_(x.reshape(-1, *G.shape[-2:]), lmo_weights(regularizer, radius, p), b, sign=-1.0)
         return out.reshape(G.shape).to(G.dtype)
     x, transposed = to_wide(G)
     work = torch.float32 if cdt == torch.bfloat16 else cdt
@@ -320,13 +323,13 @@ def spectral_lmo_(X: torch.Tensor, regularizer: str, *, b: float, radius: float,
     copied into ``X``. Arguments and errors as :func:`spectral_lmo` (``method``: the default).
     """
     check_tensor(X, "X", min_ndim=2)
-    if (default_method(X.device) == "gram" and X.dtype in (torch.float32, torch.float64)
+    if (default_method(X.device, X.requires_grad) == "gram" and X.dtype in (torch.float32, torch.float64)
             and X.is_contiguous() and X.numel() > 0):
         check_lmo_args(regularizer, b, radius, p, "gram")
         if steps is not None:
             check_int(steps, "steps", low=1, high=100)
         compute_dtype(X, dtype)
         p = None if p is None else float(p)
-        gram_map_(X.view(-1, *X.shape[-2:]), lmo_weights(regularizer, float(b), float(radius), p), sign=-1.0)
+        gram_map_(X.view(-1, *X.shape[-2:]), lmo_weights(regularizer, float(radius), p), float(b), sign=-1.0)
         return X
     return X.copy_(spectral_lmo(X, regularizer, b=b, radius=radius, p=p, steps=steps, dtype=dtype))

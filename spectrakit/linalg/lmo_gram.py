@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from ._util import mT, pow2_scale
+from ._util import mT
 
 # device types on which spectral_lmo's default method is "gram" (eigh does not block a CPU "device")
 GRAM_DEVICE_TYPES = ("cpu",)
@@ -41,11 +41,20 @@ BLOCK_NUMEL = 2**20
 
 
 def _blocks(long: int, rows: int, numel: int) -> list[tuple[int, int]]:
-    """Slices along the long dimension, each a block of at most ``max(min(BLOCK_NUMEL, numel / 16), 64 rows)``
+    """Slices along the long dimension, each a block of at most ``max(min(BLOCK_NUMEL, numel / 64), 64 rows)``
     float64 elements (``rows``: batch size times the short dimension)."""
-    budget = max(min(BLOCK_NUMEL, numel // 16), 64 * rows)
+    budget = max(min(BLOCK_NUMEL, numel // 64), 64 * rows)
     step = max(1, budget // max(1, rows))
     return [(j, min(long, j + step)) for j in range(0, long, step)]
+
+
+def _pow2_scale(x: torch.Tensor) -> torch.Tensor:
+    """float64 power of two within a factor 2 of ``max|x|`` per matrix (``(B, 1, 1)``; 1 for a zero or
+    non-finite matrix), by a reduction without a full-size ``|x|`` temporary (``linalg._util.pow2_scale``'s
+    value)."""
+    amax = torch.linalg.vector_norm(x.detach(), math.inf, dim=(-2, -1), keepdim=True).to(torch.float64)
+    s = torch.exp2(torch.floor(torch.log2(amax)))
+    return torch.where((amax > 0) & torch.isfinite(s), s, torch.ones_like(s))
 
 
 def _gram(x: torch.Tensor, s64: torch.Tensor, wide: bool) -> torch.Tensor:
@@ -60,18 +69,18 @@ def _gram(x: torch.Tensor, s64: torch.Tensor, wide: bool) -> torch.Tensor:
     return a
 
 
-def gram_map_(x: torch.Tensor, s_star, sign: float = 1.0) -> torch.Tensor:
+def gram_map_(x: torch.Tensor, s_star, b: float, sign: float = 1.0) -> torch.Tensor:
     """Overwrite the batch ``x`` (``(B, m, n)``, float32/float64, contiguous) with ``sign U diag(s*(s)) V^T``
-    and return it (module docstring). ``s_star(sigma)`` maps float64 singular values ``(B, k)`` (true
-    scale) to the new ones (``>= 0``, finite; unresolved directions get 0 whatever ``s_star(0)``).
+    and return it (module docstring). ``s_star(r)`` maps the float64 ratios ``r = s / b`` (``(B, k)``, computed
+    as ``(s / p) (p / b)`` with the input's power-of-two scale ``p``, so a subnormal ``s`` or ``b`` loses no
+    digits) to the new singular values (``>= 0``, finite; unresolved directions get 0 whatever ``s_star``).
 
     Peak extra memory: four float64 ``k x k`` matrices per matrix during ``eigh`` (``A``, the eigenvectors
     and LAPACK's divide-and-conquer workspace of ``2 k^2``), two afterwards, plus one block."""
     bsz, m, n = x.shape
     wide = m <= n
     k = min(m, n)
-    s = pow2_scale(x)
-    s64 = s.to(torch.float64)
+    s64 = _pow2_scale(x)
     a = _gram(x, s64, wide)
     finite = torch.isfinite(a).all(dim=(-2, -1))  # (B,)
     a = torch.where(finite[:, None, None], a, torch.zeros_like(a))
@@ -80,12 +89,15 @@ def gram_map_(x: torch.Tensor, s_star, sign: float = 1.0) -> torch.Tensor:
     lam_max = lam[:, -1:].clamp_min(0)
     ok = lam > (RESOLVE * k * torch.finfo(torch.float64).eps) * lam_max
     sig = torch.sqrt(torch.where(ok, lam, torch.ones_like(lam)))  # singular values of x / s
-    target = s_star(sig * s64[:, 0])  # true-scale singular values in, new singular values out
+    target = s_star(sig * (s64[:, 0] / b))  # (p / b may overflow to inf: r = inf, s* = its limit)
     w = torch.where(ok, target / sig, torch.zeros_like(sig))
     w = torch.where(finite[:, None], w, torch.full_like(w, math.nan))
     # W = sign Q diag(w) Q^T = sign (Q sqrt(w)) (Q sqrt(w))^T (w >= 0), scaled in place: one new k x k
-    wm = q.mul_(w.sqrt()[:, None, :])
-    wm = torch.matmul(wm, mT(wm)).mul_(sign)
+    if q.requires_grad:  # (explicit method="gram" under autograd: no in-place step, no sqrt'(0))
+        wm = (q * (w * sign)[:, None, :]) @ mT(q)
+    else:
+        wm = q.mul_(w.sqrt()[:, None, :])
+        wm = torch.matmul(wm, mT(wm)).mul_(sign)
     del q
     for j0, j1 in _blocks(n if wide else m, bsz * k, x.numel()):
         view = x[:, :, j0:j1] if wide else x[:, j0:j1, :]
@@ -95,15 +107,14 @@ def gram_map_(x: torch.Tensor, s_star, sign: float = 1.0) -> torch.Tensor:
     return x
 
 
-def lmo_weights(regularizer: str, b: float, radius: float, p: float | None):
-    """``s -> s*(s)`` of eq. E.3 on float64 tensors (no overflow: the exponentials are capped in logs)."""
+def lmo_weights(regularizer: str, radius: float, p: float | None):
+    """``r = s / b -> s*`` of eq. E.3 on float64 tensors (no overflow: the exponentials are capped in logs)."""
     d = float(radius)
     log_d = math.log(d)
     if regularizer == "frobenius":
-        return lambda s: (s / b).clamp_max(d)
+        return lambda r: r.clamp_max(d)
     if regularizer == "nuclear":
-        return lambda s: torch.where(s > b, torch.full_like(s, d), torch.zeros_like(s))
+        return lambda r: torch.where(r > 1.0, torch.full_like(r, d), torch.zeros_like(r))
     if regularizer == "schatten":
-        return lambda s: torch.exp((torch.log(s / b) / (p - 1.0)).clamp_max(log_d))
-    return lambda s: torch.exp((s / b).clamp_max(log_d))
-
+        return lambda r: torch.exp((torch.log(r) / (p - 1.0)).clamp_max(log_d))
+    return lambda r: torch.exp(r.clamp_max(log_d))
