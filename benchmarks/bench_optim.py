@@ -349,7 +349,7 @@ def bench_widths(widths, device: str, reps: int, max_bf16_s: float, lmo: bool = 
                         lambda ps, kw=kw: SpectraSignum(ps, lr=1e-3, **kw), _polar_lmo)
         if only is not None:
             first = next(iter(makers))
-            makers = {k: v for k, v in makers.items() if k == first or any(o in k for o in only)}
+            makers = {k: v for k, v in makers.items() if k == first or k in only}
         opts = {}
         for name, (make, ctx) in makers.items():
             ps = [torch.nn.Parameter(t.clone()) for t in init]
@@ -414,8 +414,8 @@ def main() -> None:
     parser.add_argument("--polar-lmo", action="store_true",
                         help="with --widths: also time the Frank-Wolfe posts on the polar route (slow on CPU)")
     parser.add_argument("--only", default=None,
-                        help="with --widths: comma-separated substrings; time only the optimizers whose name "
-                             "contains one (torch AdamW is always timed)")
+                        help="with --widths: comma-separated optimizer names (as in the table); time only those "
+                             "(torch AdamW is always timed)")
     parser.add_argument("--max-bf16-s", type=float, default=30.0,
                         help="with --widths: skip the bf16 yardstick where its estimated step exceeds this many "
                              "seconds (bf16 products emulated in software)")
@@ -445,7 +445,8 @@ def main() -> None:
         )
         print(text)
         if not args.no_write:
-            write_section(f"optim-widths-{'cuda' if args.device.startswith('cuda') else 'cpu'}-{args.widths}", text)
+            tag = args.widths + ("" if only is None else "-" + "-".join(only).replace(" ", "_"))
+            write_section(f"optim-widths-{'cuda' if args.device.startswith('cuda') else 'cpu'}-{tag}", text)
         return
     preset = args.preset or ("124m" if args.device.startswith("cuda") else "small")
     rows, info = bench(preset, args.device, args.reps)
