@@ -12,8 +12,9 @@ float64 matrices plus one block, never a full-size temporary. The input is scale
 ``max|G|`` first (exact), so no norm overflows in any dtype.
 
 Singular values are read off as ``sqrt(lambda)``: rounding of ``A`` and ``eigh`` leaves eigenvalues with an
-absolute error of ``~m eps_64 lambda_max``, so singular values below ``~sqrt(m eps_64) s_max`` (``~3e-7 s_max``
-at ``m = 1024``) are not resolved. Eigenvalues below ``RESOLVE m eps_64 lambda_max`` get ``w = 0``: those
+absolute error of ``~m eps_64 lambda_max``, so singular values below ``~sqrt(m eps_64) s_max`` (``~5e-7 s_max``
+at ``m = 1024``) are not resolved. Eigenvalues below ``RESOLVE m eps_64 lambda_max`` (singular values below
+``~2e-6 s_max`` at ``m = 1024``) get ``w = 0``: those
 directions (the null space of a rank-deficient ``G`` among them) map to 0, the same convention as the polar
 route (the minimiser over matrices whose row and column spaces lie in those of ``G``). Every other output
 singular value is ``s*(s)`` to ``~1e-12`` relative (its ``w`` and direction come from a float64
