@@ -272,13 +272,44 @@ def _timed_step(opt, device, ctx) -> float:
         return time_fn(opt.step, device, warmup=0, reps=1)
 
 
-def bench_widths(widths, device: str, reps: int, max_bf16_s: float) -> list[dict]:
+def _polar_lmo():
+    """Context: ``spectral_lmo``'s default method is the polar route on every device (the route of the
+    regularised Frank-Wolfe posts before the Gram route; for comparison rows)."""
+    import contextlib
+
+    import spectrakit.linalg.lmo as lmo
+
+    @contextlib.contextmanager
+    def ctx():
+        old = lmo.GRAM_DEVICE_TYPES
+        lmo.GRAM_DEVICE_TYPES = ()
+        try:
+            yield
+        finally:
+            lmo.GRAM_DEVICE_TYPES = old
+
+    return ctx()
+
+
+LMO_VARIANTS = {
+    "lmo nuclear": dict(post="spectral_lmo", regularizer="nuclear", b=4.0),
+    "lmo frobenius": dict(post="spectral_lmo", regularizer="frobenius", b=4.0),
+    "lmo schatten-3": dict(post="spectral_lmo", regularizer="schatten", p=3.0, b=0.1),
+    "lmo entropy": dict(post="spectral_lmo", regularizer="entropy", b=4.0),
+    "linf_fw": dict(post="linf_fw"),
+}
+
+
+def bench_widths(widths, device: str, reps: int, max_bf16_s: float, lmo: bool = True,
+                 polar_lmo: bool = False, only: list[str] | None = None) -> list[dict]:
     """For each width: step times of the optimizers in interleaved rounds (one step of each per round),
     medians of the per-round ratios to torch AdamW and to the two Newton-Schulz yardsticks (the paper's
     Alg. 1 + 3 with 10 steps as the optimizer computes it: ``post="soft_clip_ns"``, in bf16 and in fp32),
     and the peak extra memory of one step. The bf16 yardstick forces bf16 (``bf16_matmul_override(True)``:
     the published algorithm computes in bf16 whatever the hardware); it is skipped where its estimated
-    step (FLOPs / measured bf16 matmul rate) exceeds ``max_bf16_s`` seconds (emulated bf16)."""
+    step (FLOPs / measured bf16 matmul rate) exceeds ``max_bf16_s`` seconds (emulated bf16). ``lmo``: also
+    SpectraSignum with the regularised Frank-Wolfe posts (:data:`LMO_VARIANTS`, default routes), with a
+    ``/ SpectraSignum`` ratio; ``polar_lmo``: and the same posts on the polar route (``_polar_lmo``)."""
     import contextlib
 
     from spectrakit.linalg import bf16_matmul_override
@@ -309,6 +340,16 @@ def bench_widths(widths, device: str, reps: int, max_bf16_s: float) -> list[dict
             makers["SpectraAdamW (bf16 polar route, forced)"] = (
                 lambda ps: SpectraAdamW(ps, lr=1e-3, post="soft_clip_accurate", post_dtype="bfloat16"),
                 lambda: bf16_matmul_override(True))
+        if lmo:
+            makers["SpectraSignum"] = (lambda ps: SpectraSignum(ps, lr=1e-3), plain)
+            for label, kw in LMO_VARIANTS.items():
+                makers[f"SpectraSignum ({label})"] = (lambda ps, kw=kw: SpectraSignum(ps, lr=1e-3, **kw), plain)
+                if polar_lmo:
+                    makers[f"SpectraSignum ({label}, polar route)"] = (
+                        lambda ps, kw=kw: SpectraSignum(ps, lr=1e-3, **kw), _polar_lmo)
+        if only is not None:
+            first = next(iter(makers))
+            makers = {k: v for k, v in makers.items() if k == first or k in only}
         opts = {}
         for name, (make, ctx) in makers.items():
             ps = [torch.nn.Parameter(t.clone()) for t in init]
@@ -339,7 +380,7 @@ def bench_widths(widths, device: str, reps: int, max_bf16_s: float) -> list[dict
         for name, (_, _, extra) in opts.items():
             row = {"d": d, "optimizer": name, "step ms": med(times[name])}
             for label, ref in (("/ torch AdamW", base_name), ("/ NS10 bf16", "yardstick NS10 bf16"),
-                               ("/ NS10 fp32", "yardstick NS10 fp32")):
+                               ("/ NS10 fp32", "yardstick NS10 fp32"), ("/ SpectraSignum", "SpectraSignum")):
                 row[label] = (med([a / b for a, b in zip(times[name], times[ref])]) if ref in times
                               else float("nan"))
             row["peak extra MiB"] = extra / 2**20
@@ -368,6 +409,13 @@ def main() -> None:
                         help="comma-separated model widths, e.g. 192,256,512,1024: 2-layer LLaMA parameter sets "
                              "(vocab 2048), interleaved rounds, ratios to torch AdamW and to the 10-step "
                              "Newton-Schulz soft clip in bf16 and fp32")
+    parser.add_argument("--no-lmo", action="store_true",
+                        help="with --widths: leave out SpectraSignum and its regularised Frank-Wolfe posts")
+    parser.add_argument("--polar-lmo", action="store_true",
+                        help="with --widths: also time the Frank-Wolfe posts on the polar route (slow on CPU)")
+    parser.add_argument("--only", default=None,
+                        help="with --widths: comma-separated optimizer names (as in the table); time only those "
+                             "(torch AdamW is always timed)")
     parser.add_argument("--max-bf16-s", type=float, default=30.0,
                         help="with --widths: skip the bf16 yardstick where its estimated step exceeds this many "
                              "seconds (bf16 products emulated in software)")
@@ -382,7 +430,9 @@ def main() -> None:
         except ValueError:
             parser.error(f"--widths must be comma-separated integers >= 8, got {args.widths!r}")
         load = os.getloadavg()
-        rows = bench_widths(widths, args.device, args.reps, args.max_bf16_s)
+        only = None if args.only is None else [w.strip() for w in args.only.split(",") if w.strip()]
+        rows = bench_widths(widths, args.device, args.reps, args.max_bf16_s, lmo=not args.no_lmo,
+                            polar_lmo=args.polar_lmo, only=only)
         env = environment()
         from spectrakit.linalg import bf16_matmul_fast
 
@@ -395,7 +445,8 @@ def main() -> None:
         )
         print(text)
         if not args.no_write:
-            write_section(f"optim-widths-{'cuda' if args.device.startswith('cuda') else 'cpu'}-{args.widths}", text)
+            tag = args.widths + ("" if only is None else "-" + "-".join(only).replace(" ", "_"))
+            write_section(f"optim-widths-{'cuda' if args.device.startswith('cuda') else 'cpu'}-{tag}", text)
         return
     preset = args.preset or ("124m" if args.device.startswith("cuda") else "small")
     rows, info = bench(preset, args.device, args.reps)

@@ -143,8 +143,13 @@ def workspace_numel(post: str, m: int, n: int) -> int:
     """Elements of the temporaries that the optimizer's call of post-transform ``post`` allocates for one
     ``(m, n)`` matrix besides the work tensor: ``4 min(m, n)^2`` for the in-place fast soft clip (its Gram
     iteration), 0 for an identity and for the other transforms (not modelled: they allocate at least a
-    full-size output). Used to size the default batches (see ``Spectra``'s ``max_batch_numel``)."""
-    return 4 * min(m, n) ** 2 if POST_TRANSFORMS.get(post) is _soft_clip_fast else 0
+    full-size output). Used to size the default batches (see ``Spectra``'s ``max_batch_numel``). The
+    regularised Frank-Wolfe posts (``spectral_lmo``, ``linf_fw``; CPU Gram route): ``8 min(m, n)^2`` (four
+    float64 ``min(m, n)^2`` matrices: the Gram matrix, its eigenvectors, ``W``, one product)."""
+    fn = POST_TRANSFORMS.get(post)
+    if fn is _soft_clip_fast:
+        return 4 * min(m, n) ** 2
+    return 8 * min(m, n) ** 2 if fn in (_spectral_lmo, _linf_fw) else 0
 
 
 def _soft_clip_ns(U, c, steps=None, dtype=None):
@@ -179,23 +184,53 @@ def _newton_schulz5_spectral(U, c, steps=None, dtype=None):
 def _spectral_lmo(U, c, steps=None, dtype=None, *, regularizer="frobenius", b=1.0, p=None):
     """``-spectral_lmo(U, regularizer, b=b, radius=c, p=p)``: the regularised Frank–Wolfe direction over the
     spectral ball of radius ``c`` (Jiang, Semenov & Stich 2026, §3.1 / App. E.3), ``U diag(s*(s)) V^T`` with
-    ``s* <= c`` (``linalg.spectral_lmo``'s polar route)."""
+    ``s* <= c`` (``linalg.spectral_lmo``'s default route: the float64 Gram route on CPU, the polar route
+    elsewhere). ``-X*(U) = X*(-U)`` (an odd map)."""
     with no_value_checks():
-        return -_linalg().spectral_lmo(U, regularizer, b=b, radius=c, p=p, steps=steps, dtype=dtype)
+        return _linalg().spectral_lmo(-U, regularizer, b=b, radius=c, p=p, steps=steps, dtype=dtype)
+
+
+def _spectral_lmo_inplace(U, c, steps=None, dtype=None, *, regularizer="frobenius", b=1.0, p=None):
+    """:func:`_spectral_lmo` that overwrites ``U`` (``linalg.lmo.spectral_lmo_``: on the CPU Gram route no
+    full-size temporary, only ``min(m, n)^2`` float64 matrices and a block)."""
+    from spectrakit.linalg.lmo import spectral_lmo_
+
+    with no_value_checks():
+        return spectral_lmo_(U.neg_(), regularizer, b=b, radius=c, p=p, steps=steps, dtype=dtype)
+
+
+_spectral_lmo.inplace = _spectral_lmo_inplace
 
 
 def _linf_fw(U, c, steps=None, dtype=None, *, b=1.0, **_):
     """Approximate Frank–Wolfe step for the l_inf-regularised subproblem (Jiang, Semenov & Stich 2026, §3.1):
     ``(||U||_1 / b) clip^sp_t(sign(U))`` with ``t = b c / ||U||_1`` (entrywise l1 norm per matrix), i.e. the
     spectral-ball projection of the unconstrained minimiser ``-(||U||_1 / b) sign(U)`` of
-    ``<U, X> + b/2 ||X||_inf^2``; spectral norm ``<= c``. Exact when ``||sign(U)||_2 <= t``. The threshold is
-    a per-matrix tensor (no host sync)."""
-    l1 = U.abs().sum(dim=(-2, -1))
+    ``<U, X> + b/2 ||X||_inf^2``; spectral norm ``<= c``. Exact when ``||sign(U)||_2 <= t``. Computed as
+    ``clip^sp_c(Y)`` with ``Y = (||U||_1 / b) sign(U)`` (``a clip_t(S) = clip_{a t}(a S)`` for ``a > 0``): on CPU
+    the float64 Gram route (``clip_c(Y) = -spectral_lmo(-Y, "frobenius", b=1, radius=c)``), elsewhere
+    ``linalg.spectral_hardcap`` (polar route, per-matrix threshold tensor ``t``: no host sync)."""
+    return _linf_fw_inplace(U.clone(memory_format=torch.contiguous_format), c, steps, dtype, b=b)
+
+
+def _linf_fw_inplace(U, c, steps=None, dtype=None, *, b=1.0, **_):
+    """:func:`_linf_fw` that overwrites ``U`` on the CPU Gram route (a new tensor elsewhere)."""
+    linalg = _linalg()
+    from spectrakit.linalg.lmo import default_method, spectral_lmo_
+
+    l1 = torch.linalg.vector_norm(U, 1, dim=(-2, -1))
+    if default_method(U.device) == "gram":
+        y = U.sign_().mul_((-l1 / b).to(U.dtype)[..., None, None])
+        with no_value_checks():
+            return spectral_lmo_(y, "frobenius", b=1.0, radius=c)
     tiny = torch.finfo(torch.float32).tiny
     thr = (b * c) / l1.float().clamp_min(tiny)
     with no_value_checks():
-        capped = _linalg().spectral_hardcap(torch.sign(U), thr, steps=steps, dtype=dtype)
+        capped = linalg.spectral_hardcap(torch.sign(U), thr, steps=steps, dtype=dtype)
     return capped * (l1 / b).to(U.dtype)[..., None, None]
+
+
+_linf_fw.inplace = _linf_fw_inplace
 
 
 # post-transforms that take the group's ``regularizer``, ``b``, ``p`` (see :func:`post_kwargs`)

@@ -108,7 +108,7 @@ def test_polar_matches_svd_oracle_fp32_fp64(reg, p, shape):
                     tol_wide = 1e-2 + _unresolved_share(sv, smax, ref, reg, b, d, p)
                 tols = (tol_wide if wide_span else 1e-3, 1e-3 if wide_span else 5e-5)
                 for dt, tol in zip((torch.float32, torch.float64), tols):
-                    out = spectral_lmo(g.to(dt), reg, b=b, radius=d, p=p)
+                    out = spectral_lmo(g.to(dt), reg, b=b, radius=d, p=p, method="polar")
                     assert out.dtype == dt and out.shape == g.shape
                     assert _err(out, ref, d) <= tol, (kind, rel_b, d, dt)
 
@@ -123,7 +123,10 @@ def test_exact_route_and_non_dyadic_p(reg, p):
         out = spectral_lmo(g.float(), "schatten", b=0.5, radius=2.0, p=4.0, method="exact")
         assert rel_err(out, _oracle(g, "schatten", 0.5, 2.0, 4.0)) < 1e-6
         with pytest.raises(ValueError, match="method='exact'"):
-            spectral_lmo(g, "schatten", b=0.5, radius=2.0, p=4.0)
+            spectral_lmo(g, "schatten", b=0.5, radius=2.0, p=4.0, method="polar")
+        # the Gram route takes any p > 1
+        out = spectral_lmo(g.float(), "schatten", b=0.5, radius=2.0, p=4.0, method="gram")
+        assert rel_err(out, _oracle(g, "schatten", 0.5, 2.0, 4.0)) < 1e-5
 
 
 @pytest.mark.parametrize("reg,p", REGS, ids=[f"{r}{p or ''}" for r, p in REGS])
@@ -132,7 +135,7 @@ def test_bf16(reg, p):
     g = _matrix((2, 24, 40), "spike", gen)
     b = _away(g, 0.5) if reg == "nuclear" else 0.5
     ref = _oracle(g, reg, b, 3.0, p)
-    out = spectral_lmo(g.float(), reg, b=b, radius=3.0, p=p, dtype=torch.bfloat16)
+    out = spectral_lmo(g.float(), reg, b=b, radius=3.0, p=p, dtype=torch.bfloat16, method="polar")
     assert out.dtype == torch.float32 and _err(out, ref, 3.0) <= 3e-2
     gb = g.bfloat16()  # the input's own rounding is not the function's error
     out = spectral_lmo(gb, reg, b=b, radius=3.0, p=p)
@@ -166,7 +169,7 @@ def test_nuclear_step_at_the_threshold_and_rank_deficient_entropy():
     # rounding-level gap), every other direction its exact value; the exact route gives 0 (the paper's case)
     u, _, vh = np.linalg.svd(np64(g), full_matrices=False)
     for dt in (torch.float32, torch.float64):
-        out = -np64(spectral_lmo(g.to(dt), "nuclear", b=2.0, radius=1.0))
+        out = -np64(spectral_lmo(g.to(dt), "nuclear", b=2.0, radius=1.0, method="polar"))
         core = u.T @ out @ vh.T
         np.testing.assert_allclose(np.diag(core)[[0, 2, 3]], [1.0, 0.0, 0.0], atol=1e-4)
         assert -1e-4 <= core[1, 1] <= 1.0 + 1e-4
@@ -179,7 +182,7 @@ def test_nuclear_step_at_the_threshold_and_rank_deficient_entropy():
     sv = np.linalg.svd(exact, compute_uv=False)
     expect = np.r_[np.minimum(np.exp(s.double().numpy() / b), d), [1.0] * 4]
     np.testing.assert_allclose(np.sort(sv), np.sort(expect), 1e-9)
-    polar = spectral_lmo(g, "entropy", b=b, radius=d)
+    polar = spectral_lmo(g, "entropy", b=b, radius=d, method="polar")
     assert rel_err(polar, -svd_map(g, lambda x: np.where(x > 1e-9, np.minimum(np.exp(x / b), d), 0.0))) < 1e-5
     # the exact route's objective is the optimum; the polar one is the optimum over the range of G
     gn = np64(g)
@@ -190,14 +193,15 @@ def test_nuclear_step_at_the_threshold_and_rank_deficient_entropy():
     f_exact, f_polar = obj(exact), obj(np64(polar))
     assert f_polar - f_exact == pytest.approx(4 * b, rel=1e-4)  # 4 x (-psi_1(1)) = 4b
     # fp32: the rounding-level singular values of the null space are partly resolved: in between
-    f32 = obj(np64(spectral_lmo(g.float(), "entropy", b=b, radius=d)))
+    f32 = obj(np64(spectral_lmo(g.float(), "entropy", b=b, radius=d, method="polar")))
     assert f_exact - 1e-4 <= f32 <= f_polar + 1e-4
 
 
-def test_zero_and_empty_input():
+@pytest.mark.parametrize("method", ["gram", "polar"])
+def test_zero_and_empty_input(method):
     z = torch.zeros(5, 7)
     for reg, p in REGS:
-        assert torch.equal(spectral_lmo(z, reg, b=1.0, radius=2.0, p=p), torch.zeros(5, 7))
+        assert torch.equal(spectral_lmo(z, reg, b=1.0, radius=2.0, p=p, method=method), torch.zeros(5, 7))
     assert spectral_lmo(torch.zeros(0, 4), "nuclear", b=1.0, radius=1.0).shape == (0, 4)
 
 
@@ -235,8 +239,9 @@ def test_wide_span_error_is_the_unresolved_share():
     for b, d in ((1e-3 * smax, 0.5), (0.1 * smax, 3.0), (2 * smax, 0.5)):
         ref = _oracle(g, "schatten", b, d, 9.0)
         share = _unresolved_share(sv, smax, ref, "schatten", b, d, 9.0)
-        err = _err(spectral_lmo(g.float(), "schatten", b=b, radius=d, p=9.0), ref, d)
+        err = _err(spectral_lmo(g.float(), "schatten", b=b, radius=d, p=9.0, method="polar"), ref, d)
         assert err <= 1e-2 + share, (b, d, err, share)
-        assert _err(spectral_lmo(g, "schatten", b=b, radius=d, p=9.0), ref, d) <= 1e-3  # fp64 resolves it
+        # fp64 resolves it
+        assert _err(spectral_lmo(g, "schatten", b=b, radius=d, p=9.0, method="polar"), ref, d) <= 1e-3
         shares.append(share)
     assert max(shares) > 0.05  # the case is a hard one: 2e-2 alone would not hold

@@ -44,6 +44,21 @@ def test_step_peak_extra_is_one_largest_parameter(name):
     assert peak >= largest  # the work copy of the largest parameter (sanity of the measurement)
 
 
+@pytest.mark.parametrize("kw", [dict(post="spectral_lmo", regularizer="schatten", p=3.0, b=0.1),
+                                dict(post="spectral_lmo", regularizer="entropy", b=4.0), dict(post="linf_fw")],
+                         ids=["lmo-schatten", "lmo-entropy", "linf_fw"])
+def test_frank_wolfe_posts_peak_extra_is_one_largest_parameter(kw):
+    """The regularised Frank-Wolfe posts run in place on the work tensor (CPU Gram route): the step's peak is
+    the work copy of the largest parameter plus ``min(m, n)^2`` float64 matrices and two blocks of 1/64 of it
+    (it was 12.8-22x the largest parameter out of place on the polar route)."""
+    params = _llama_params()
+    largest = max(p.numel() * p.element_size() for p in params)
+    opt = O.SpectraSignum(params, lr=1e-3, **kw)
+    opt.step()
+    peak = cpu_peak_extra_bytes(opt.step)
+    assert largest <= peak <= 1.1 * largest, peak / largest
+
+
 def test_default_batches_split_by_cost_and_update_matches_unbatched():
     """The default cap splits a shape's matrices into batches no costlier than the largest parameter (the
     embedding and the head, same shape, go one after the other), and the update equals the

@@ -1,0 +1,121 @@
+"""Gram-level route of the spectral maps of :mod:`spectrakit.linalg.lmo` (``method="gram"``).
+
+A map that keeps the singular vectors of ``G = U diag(s) V^T`` (``m <= n``, else on ``G^T``) and sends every
+singular value to ``s*(s)`` is a matrix function of the Gram matrix applied to ``G``:
+
+    U diag(s*) V^T = U diag(s* / s) U^T G = W G,   W = Q diag(w) Q^T,  w = s*(sqrt(lambda)) / sqrt(lambda)
+
+with ``A = G G^T = Q diag(lambda) Q^T`` (``m x m``). The route forms ``A`` in float64 (one product), takes a
+float64 ``torch.linalg.eigh`` of it (``m x m``), and multiplies ``W G`` in float64 (one more product), block
+by block along the long dimension, written back into the work tensor: extra memory is a few ``m x m``
+float64 matrices plus one block, never a full-size temporary. The input is scaled by a power of two near
+``max|G|`` first (exact), so no norm overflows in any dtype.
+
+Singular values are read off as ``sqrt(lambda)``: rounding of ``A`` and ``eigh`` leaves eigenvalues with an
+absolute error of ``~m eps_64 lambda_max``, so singular values below ``~sqrt(m eps_64) s_max`` (``~5e-7 s_max``
+at ``m = 1024``) are not resolved. Eigenvalues below ``RESOLVE m eps_64 lambda_max`` (singular values below
+``~2e-6 s_max`` at ``m = 1024``) get ``w = 0``: those
+directions (the null space of a rank-deficient ``G`` among them) map to 0, the same convention as the polar
+route (the minimiser over matrices whose row and column spaces lie in those of ``G``). Every other output
+singular value is ``s*(s)`` to ``~1e-12`` relative (its ``w`` and direction come from a float64
+decomposition), so the bounds ``s* <= D`` hold to rounding of the output dtype. A non-finite input matrix
+gives a non-finite output (its ``A`` is replaced by 0 before ``eigh``, whose LAPACK call would fail on it).
+
+No tensor value is read on the host, but ``torch.linalg.eigh`` itself synchronises CUDA devices with the
+host, so this route is the default on CPU only (:data:`GRAM_DEVICE_TYPES`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._util import mT
+
+# device types on which spectral_lmo's default method is "gram" (eigh does not block a CPU "device")
+GRAM_DEVICE_TYPES = ("cpu",)
+# eigenvalues of A below RESOLVE * m * eps_64 * lambda_max are treated as 0 (not resolved by float64 eigh)
+RESOLVE = 16.0
+# element budget of the float64 block temporaries (the work tensor is transformed block by block)
+BLOCK_NUMEL = 2**20
+
+
+def _blocks(long: int, rows: int, numel: int) -> list[tuple[int, int]]:
+    """Slices along the long dimension, each a block of at most ``max(min(BLOCK_NUMEL, numel / 64), 64 rows)``
+    float64 elements (``rows``: batch size times the short dimension)."""
+    budget = max(min(BLOCK_NUMEL, numel // 64), 64 * rows)
+    step = max(1, budget // max(1, rows))
+    return [(j, min(long, j + step)) for j in range(0, long, step)]
+
+
+def _pow2_scale(x: torch.Tensor) -> torch.Tensor:
+    """float64 power of two within a factor 2 of ``max|x|`` per matrix (``(B, 1, 1)``; 1 for a zero or
+    non-finite matrix), by a reduction without a full-size ``|x|`` temporary (``linalg._util.pow2_scale``'s
+    value)."""
+    amax = torch.linalg.vector_norm(x.detach(), math.inf, dim=(-2, -1), keepdim=True).to(torch.float64)
+    s = torch.exp2(torch.floor(torch.log2(amax)))
+    return torch.where((amax > 0) & torch.isfinite(s), s, torch.ones_like(s))
+
+
+def _gram(x: torch.Tensor, s64: torch.Tensor, wide: bool) -> torch.Tensor:
+    """float64 Gram matrix of ``x / s`` on its short side, accumulated block by block."""
+    b, m, n = x.shape
+    k = m if wide else n
+    a = torch.zeros(b, k, k, dtype=torch.float64, device=x.device)
+    for j0, j1 in _blocks(n if wide else m, b * k, x.numel()):
+        blk = (x[:, :, j0:j1] if wide else x[:, j0:j1, :]).to(torch.float64, copy=True).div_(s64)
+        a.baddbmm_(blk, mT(blk)) if wide else a.baddbmm_(mT(blk), blk)
+        del blk
+    return a
+
+
+def gram_map_(x: torch.Tensor, s_star, b: float, sign: float = 1.0) -> torch.Tensor:
+    """Overwrite the batch ``x`` (``(B, m, n)``, float32/float64, contiguous) with ``sign U diag(s*(s)) V^T``
+    and return it (module docstring). ``s_star(r)`` maps the float64 ratios ``r = s / b`` (``(B, k)``, computed
+    as ``(s / p) (p / b)`` with the input's power-of-two scale ``p``, so a subnormal ``s`` or ``b`` loses no
+    digits) to the new singular values (``>= 0``, finite; unresolved directions get 0 whatever ``s_star``).
+
+    Peak extra memory: four float64 ``k x k`` matrices per matrix during ``eigh`` (``A``, the eigenvectors
+    and LAPACK's divide-and-conquer workspace of ``2 k^2``), two afterwards, plus one block."""
+    bsz, m, n = x.shape
+    wide = m <= n
+    k = min(m, n)
+    s64 = _pow2_scale(x)
+    a = _gram(x, s64, wide)
+    finite = torch.isfinite(a).all(dim=(-2, -1))  # (B,)
+    a = torch.where(finite[:, None, None], a, torch.zeros_like(a))
+    lam, q = torch.linalg.eigh(a)  # reads the lower triangle
+    del a
+    lam_max = lam[:, -1:].clamp_min(0)
+    ok = lam > (RESOLVE * k * torch.finfo(torch.float64).eps) * lam_max
+    sig = torch.sqrt(torch.where(ok, lam, torch.ones_like(lam)))  # singular values of x / s
+    target = s_star(sig * (s64[:, 0] / b))  # (p / b may overflow to inf: r = inf, s* = its limit)
+    w = torch.where(ok, target / sig, torch.zeros_like(sig))
+    w = torch.where(finite[:, None], w, torch.full_like(w, math.nan))
+    # W = sign Q diag(w) Q^T = sign (Q sqrt(w)) (Q sqrt(w))^T (w >= 0), scaled in place: one new k x k
+    if q.requires_grad:  # (explicit method="gram" under autograd: no in-place step, no sqrt'(0))
+        wm = (q * (w * sign)[:, None, :]) @ mT(q)
+    else:
+        wm = q.mul_(w.sqrt()[:, None, :])
+        wm = torch.matmul(wm, mT(wm)).mul_(sign)
+    del q
+    for j0, j1 in _blocks(n if wide else m, bsz * k, x.numel()):
+        view = x[:, :, j0:j1] if wide else x[:, j0:j1, :]
+        blk = view.to(torch.float64, copy=True).div_(s64)
+        view.copy_(wm @ blk if wide else blk @ wm)
+        del blk
+    return x
+
+
+def lmo_weights(regularizer: str, radius: float, p: float | None):
+    """``r = s / b -> s*`` of eq. E.3 on float64 tensors (no overflow: the exponentials are capped in logs)."""
+    d = float(radius)
+    log_d = math.log(d)
+    if regularizer == "frobenius":
+        return lambda r: r.clamp_max(d)
+    if regularizer == "nuclear":
+        return lambda r: torch.where(r > 1.0, torch.full_like(r, d), torch.zeros_like(r))
+    if regularizer == "schatten":
+        return lambda r: torch.exp((torch.log(r) / (p - 1.0)).clamp_max(log_d))
+    return lambda r: torch.exp(r.clamp_max(log_d))
