@@ -106,24 +106,27 @@ def _frobenius_one(x: torch.Tensor, coeffs) -> torch.Tensor:
 
 
 def _frobenius_iterate(x: torch.Tensor, coeffs, out_dtype: torch.dtype | None = None,
-                       transposed: bool = False) -> torch.Tensor:
+                       transposed: bool = False, per_matrix: bool | None = None) -> torch.Tensor:
     """Muon's published loop on wide ``x`` (already in the compute dtype), no mixed precision, no flush:
     ``X <- X / max(||X||_F, 1e-7)``, then ``A = X X^T; B = b A + c A A; X <- a X + B X`` per step, with the
     rounding of ``torch.optim.Muon`` (each of ``B`` and ``X`` one fused ``addmm``; batched: ``baddbmm``, the
     same per-matrix arithmetic). Keller Jordan's reference rounds ``b A``, ``c A A`` and ``a X`` separately
     (bf16: ~1e-2 relative difference in the output after 5 steps; fp32: ~1e-7).
 
-    Returns the result transposed back when ``transposed`` and in ``out_dtype`` (default: x's dtype). On CPU
-    the matrices are iterated one after the other, each through all steps (torch's ``addmm`` calls, while the
-    matrix is in cache), and written into the output in its final layout and dtype by one copy; batching
-    does not pay there (CPU ``baddbmm`` loops over the matrices anyway, and the batch's iterates leave the
-    cache between steps: measured 1.1-1.2x slower in emulated bf16). Elsewhere one ``bmm``/``baddbmm`` per
-    product for the whole batch (one kernel launch per product). The numbers are the same bits either way."""
+    Returns the result transposed back when ``transposed`` and in ``out_dtype`` (default: x's dtype).
+    ``per_matrix`` (default: True on CPU, else False) picks the loop. Per matrix: each matrix goes through
+    all steps before the next one (torch's own ``mm``/``addmm`` calls, while the matrix is in cache) and is
+    written into the output in its final layout and dtype by one copy; on CPU batching does not pay
+    (``baddbmm`` loops over the matrices there anyway, and the batch's iterates leave the cache between
+    steps). Batched (other devices): one ``bmm``/``baddbmm`` per product for the whole batch (one kernel
+    launch per product). Both loops give the same bits."""
     out_dtype = x.dtype if out_dtype is None else out_dtype
     flat = x.reshape(-1, *x.shape[-2:])
-    if flat.device.type == "cpu":
+    if per_matrix is None:
+        per_matrix = flat.device.type == "cpu"
+    if per_matrix:
         shape = mT(x).shape if transposed else x.shape
-        out = torch.empty(shape, dtype=out_dtype)
+        out = torch.empty(shape, dtype=out_dtype, device=x.device)
         dst = (mT(out) if transposed else out).view(flat.shape)  # a view: written in place
         for i, m in enumerate(flat.unbind(0)):
             dst[i].copy_(_frobenius_one(m, coeffs))

@@ -1,0 +1,152 @@
+"""spectrakit ``Muon`` against ``torch.optim.Muon``: step time, side by side, on the 2-D parameters of the
+2-layer LLaMA parameter sets of ``bench_optim.py --widths`` (``width_shapes(d)``: embedding, q/k/v/o, SwiGLU
+gate/up/down, head; ``torch.optim.Muon`` takes 2-D parameters only).
+
+Both optimizers start from the same weights and gradients (fixed across steps, as in ``bench_optim.py``) and
+run in one process, in interleaved rounds (one step of each per round, the order alternating from round to
+round, so that a change of machine load hits both); the table gives the medians of the step times and of the
+per-round ratios ``spectrakit / torch``. After the rounds it checks that the momentum buffers are bit-identical
+and reports the largest parameter difference (relative to the largest parameter entry).
+
+Where bf16 matmuls are emulated in software (CPUs without AMX/AVX512-BF16), the Newton-Schulz iteration of
+both optimizers (bf16, as published) dominates the step: a width whose estimated step (Newton-Schulz FLOPs at
+the measured bf16 matmul rate) exceeds ``--max-step-s`` is skipped and listed; ``--ns-steps`` (1..5, both
+optimizers) shortens the iteration to measure large widths at a fifth of the cost (the per-step work is the
+same, so the ratio measures the same code).
+
+Usage: ``python benchmarks/bench_muon.py --widths 192,256,512 --reps 5`` (writes the ``muon-vs-torch`` section
+of docs/BENCHMARKS.md unless ``--no-write``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks._common import command_line, write_section  # noqa: E402
+from benchmarks.bench_optim import matmul_tflops, width_shapes  # noqa: E402
+from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
+from spectrakit.linalg import bf16_matmul_fast  # noqa: E402
+from spectrakit.optim import Muon  # noqa: E402
+
+
+def muon_shapes(d: int) -> list[tuple[int, int]]:
+    """The 2-D parameters of the 2-layer LLaMA parameter set of width ``d``."""
+    return [s for s in width_shapes(d) if len(s) == 2]
+
+
+def ns_flops(shapes, ns_steps: int) -> float:
+    """Matmul FLOPs of Muon's Newton-Schulz on every matrix: per step ``X X^T`` (2 m^2 n), ``A A`` (2 m^3)
+    and ``B X`` (2 m^2 n) with ``m <= n``."""
+    total = 0.0
+    for s in shapes:
+        m, n = sorted(s)
+        total += ns_steps * (4 * m * m * n + 2 * m**3)
+    return total
+
+
+def _step_s(opt) -> float:
+    t0 = time.perf_counter()
+    opt.step()
+    return time.perf_counter() - t0
+
+
+def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
+    """One width: interleaved rounds of a ``torch.optim.Muon`` and a spectrakit ``Muon`` step (weight decay
+    0.1, Nesterov momentum 0.95, the original ``max(1, m/n)^0.5`` scale), medians and the parity checks."""
+    shapes = muon_shapes(d)
+    gen = torch.Generator().manual_seed(d)
+    init = [torch.randn(s, generator=gen) * 0.02 for s in shapes]
+    grads = [torch.randn(s, generator=gen) * 1e-2 for s in shapes]
+
+    def params():
+        ps = [torch.nn.Parameter(t.clone()) for t in init]
+        for p, g in zip(ps, grads):
+            p.grad = g.clone()
+        return ps
+
+    ref = torch.optim.Muon(params(), lr=lr, weight_decay=0.1, ns_steps=ns_steps)
+    ours = Muon(params(), lr=lr, weight_decay=0.1, post_steps=ns_steps)
+    opts = {"torch": ref, "spectrakit": ours}
+    for opt in opts.values():
+        opt.step()  # allocate state
+    times: dict[str, list[float]] = {k: [] for k in opts}
+    for r in range(reps):
+        order = list(opts) if r % 2 == 0 else list(opts)[::-1]
+        for k in order:
+            times[k].append(_step_s(opts[k]))
+
+    def med(xs):
+        return sorted(xs)[len(xs) // 2]
+
+    ratios = [a / b for a, b in zip(times["spectrakit"], times["torch"])]
+    pr, po = ref.param_groups[0]["params"], ours.param_groups[0]["params"]
+    same_m = all(torch.equal(ref.state[a]["momentum_buffer"], ours.state[b]["momentum_buffer"])
+                 for a, b in zip(pr, po))
+    diff = max(float((a - b).abs().max() / a.abs().max()) for a, b in zip(pr, po))
+    return {"d": d, "matrices": len(shapes), "params (M)": sum(math.prod(s) for s in shapes) / 1e6,
+            "ns steps": ns_steps, "torch ms": med(times["torch"]) * 1e3,
+            "spectrakit ms": med(times["spectrakit"]) * 1e3, "spectrakit / torch": med(ratios),
+            "ratio min..max": f"{min(ratios):.3f}..{max(ratios):.3f}",
+            "momentum bit-identical": same_m, "max param diff (rel)": diff}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--widths", default="192,256,512,1024",
+                        help="comma-separated model widths (2-layer LLaMA parameter sets, vocab 2048)")
+    parser.add_argument("--reps", type=int, default=5, help="interleaved rounds per width (>= 1)")
+    parser.add_argument("--ns-steps", type=int, default=5, help="Newton-Schulz steps of both optimizers (1..5)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--max-step-s", type=float, default=300.0,
+                        help="skip a width whose estimated step exceeds this many seconds")
+    parser.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
+    args = parser.parse_args()
+    try:
+        widths = [int(w) for w in args.widths.split(",")]
+        if not widths or min(widths) < 8:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--widths must be comma-separated integers >= 8, got {args.widths!r}")
+    if args.reps < 1:
+        parser.error(f"--reps must be >= 1, got {args.reps}")
+    if not 1 <= args.ns_steps <= 5:
+        parser.error(f"--ns-steps must be in 1..5, got {args.ns_steps}")
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    if not hasattr(torch.optim, "Muon"):
+        sys.exit("error: torch.optim.Muon (the reference) needs torch >= 2.9")
+    torch.set_num_threads(args.threads)
+    load = os.getloadavg()
+    rows = []
+    for d in widths:
+        rate = matmul_tflops("cpu", torch.bfloat16, min(d, 512)) * 1e12
+        est = ns_flops(muon_shapes(d), args.ns_steps) / rate
+        if est > args.max_step_s:
+            rows.append({"d": d, "ns steps": args.ns_steps,
+                         "torch ms": f"skipped: estimated {est:.0f} s/step (bf16 matmul {rate / 1e9:.2f} GFLOP/s)"})
+            continue
+        rows.append(bench_width(d, args.reps, args.ns_steps))
+        print(rows[-1], flush=True)
+    env = environment()
+    text = (
+        "### optim: Muon against torch.optim.Muon (2-D parameters of the 2-layer LLaMA sets, interleaved rounds)\n\n"
+        f"device: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()} · bf16 matmuls fast: {bf16_matmul_fast('cpu')} · "
+        f"{env['date']} · load average {load[0]:.1f} (start), {os.getloadavg()[0]:.1f} (end) · "
+        f"{args.reps} rounds\n\ncommand: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
+    )
+    print(text)
+    if not args.no_write:
+        write_section("muon-vs-torch-cpu", text)
+
+
+if __name__ == "__main__":
+    main()
