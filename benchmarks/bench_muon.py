@@ -5,7 +5,11 @@ gate/up/down, head; ``torch.optim.Muon`` takes 2-D parameters only).
 Both optimizers start from the same weights and gradients (fixed across steps, as in ``bench_optim.py``) and
 run in one process, in interleaved rounds (one step of each per round, the order alternating from round to
 round, so that a change of machine load hits both); the table gives the medians of the step times and of the
-per-round ratios ``spectrakit / torch``. After the rounds it checks that the momentum buffers are bit-identical
+per-round ratios ``spectrakit / torch``, by wall clock and by this thread's CPU time (the CPU time leaves out
+the time the process waited for a core, so it is the steadier of the two on a shared machine). ``outside
+products ms``: CPU time of one step outside the matrix products (the profiler's self time of every other op
+and of the Python code between them): what a step adds around the Newton-Schulz products. After the
+rounds it checks that the momentum buffers are bit-identical
 and reports the largest parameter difference (relative to the largest parameter entry).
 
 Where bf16 matmuls are emulated in software (CPUs without AMX/AVX512-BF16), the Newton-Schulz iteration of
@@ -14,8 +18,8 @@ the measured bf16 matmul rate) exceeds ``--max-step-s`` is skipped and listed; `
 optimizers) shortens the iteration to measure large widths at a fifth of the cost (the per-step work is the
 same, so the ratio measures the same code).
 
-Usage: ``python benchmarks/bench_muon.py --widths 192,256,512 --reps 5`` (writes the ``muon-vs-torch`` section
-of docs/BENCHMARKS.md unless ``--no-write``).
+Usage: ``python benchmarks/bench_muon.py --widths 192,256,512 --reps 5`` (writes its section, one per widths and
+``--ns-steps``, of docs/BENCHMARKS.md unless ``--no-write``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,20 @@ from spectrakit.linalg import bf16_matmul_fast  # noqa: E402
 from spectrakit.optim import Muon  # noqa: E402
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``), else the platform's."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def muon_shapes(d: int) -> list[tuple[int, int]]:
     """The 2-D parameters of the 2-layer LLaMA parameter set of width ``d``."""
     return [s for s in width_shapes(d) if len(s) == 2]
@@ -52,10 +70,24 @@ def ns_flops(shapes, ns_steps: int) -> float:
     return total
 
 
-def _step_s(opt) -> float:
-    t0 = time.perf_counter()
+_MATMULS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::matmul"}
+
+
+def _step_s(opt) -> tuple[float, float]:
+    """Wall-clock and CPU (this thread's) seconds of one step."""
+    w0, c0 = time.perf_counter(), time.thread_time()
     opt.step()
-    return time.perf_counter() - t0
+    return time.perf_counter() - w0, time.thread_time() - c0
+
+
+def outside_matmul_ms(opt) -> float:
+    """CPU ms of one step spent outside the matrix products (self time of every other op and of the Python
+    code between them, from the profiler): the work a step adds around the Newton-Schulz products."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        opt.step()
+    return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key not in _MATMULS) / 1e3
 
 
 def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
@@ -78,15 +110,20 @@ def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
     for opt in opts.values():
         opt.step()  # allocate state
     times: dict[str, list[float]] = {k: [] for k in opts}
+    cpu: dict[str, list[float]] = {k: [] for k in opts}
     for r in range(reps):
         order = list(opts) if r % 2 == 0 else list(opts)[::-1]
         for k in order:
-            times[k].append(_step_s(opts[k]))
+            wall, c = _step_s(opts[k])
+            times[k].append(wall)
+            cpu[k].append(c)
+    outside = {k: outside_matmul_ms(opt) for k, opt in opts.items()}
 
     def med(xs):
         return sorted(xs)[len(xs) // 2]
 
     ratios = [a / b for a, b in zip(times["spectrakit"], times["torch"])]
+    cpu_ratios = [a / b for a, b in zip(cpu["spectrakit"], cpu["torch"])]
     pr, po = ref.param_groups[0]["params"], ours.param_groups[0]["params"]
     same_m = all(torch.equal(ref.state[a]["momentum_buffer"], ours.state[b]["momentum_buffer"])
                  for a, b in zip(pr, po))
@@ -95,6 +132,8 @@ def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
             "ns steps": ns_steps, "torch ms": med(times["torch"]) * 1e3,
             "spectrakit ms": med(times["spectrakit"]) * 1e3, "spectrakit / torch": med(ratios),
             "ratio min..max": f"{min(ratios):.3f}..{max(ratios):.3f}",
+            "CPU-time ratio": med(cpu_ratios), "CPU ratio min..max": f"{min(cpu_ratios):.3f}..{max(cpu_ratios):.3f}",
+            "outside products ms (torch)": outside["torch"], "outside products ms (spectrakit)": outside["spectrakit"],
             "momentum bit-identical": same_m, "max param diff (rel)": diff}
 
 
@@ -138,14 +177,15 @@ def main() -> None:
     env = environment()
     text = (
         "### optim: Muon against torch.optim.Muon (2-D parameters of the 2-layer LLaMA sets, interleaved rounds)\n\n"
-        f"device: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · CPU capability "
+        f"device: {env['device']}, {cpu_model()}, {os.cpu_count()} cores · torch {env['torch']} · "
+        f"threads {torch.get_num_threads()} · CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()} · bf16 matmuls fast: {bf16_matmul_fast('cpu')} · "
         f"{env['date']} · load average {load[0]:.1f} (start), {os.getloadavg()[0]:.1f} (end) · "
         f"{args.reps} rounds\n\ncommand: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
     )
     print(text)
     if not args.no_write:
-        write_section("muon-vs-torch-cpu", text)
+        write_section(f"muon-vs-torch-cpu-{args.widths}-ns{args.ns_steps}", text)
 
 
 if __name__ == "__main__":
