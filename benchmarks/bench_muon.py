@@ -127,7 +127,8 @@ def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
     pr, po = ref.param_groups[0]["params"], ours.param_groups[0]["params"]
     same_m = all(torch.equal(ref.state[a]["momentum_buffer"], ours.state[b]["momentum_buffer"])
                  for a, b in zip(pr, po))
-    diff = max(float((a - b).abs().max() / a.abs().max()) for a, b in zip(pr, po))
+    with torch.no_grad():
+        diff = max(float((a - b).abs().max() / a.abs().max()) for a, b in zip(pr, po))
     return {"d": d, "matrices": len(shapes), "params (M)": sum(math.prod(s) for s in shapes) / 1e6,
             "ns steps": ns_steps, "torch ms": med(times["torch"]) * 1e3,
             "spectrakit ms": med(times["spectrakit"]) * 1e3, "spectrakit / torch": med(ratios),
@@ -135,6 +136,61 @@ def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
             "CPU-time ratio": med(cpu_ratios), "CPU ratio min..max": f"{min(cpu_ratios):.3f}..{max(cpu_ratios):.3f}",
             "outside products ms (torch)": outside["torch"], "outside products ms (spectrakit)": outside["spectrakit"],
             "momentum bit-identical": same_m, "max param diff (rel)": diff}
+
+
+def bench_ns_loops(d: int, reps: int, ns_steps: int) -> list[dict]:
+    """The Newton-Schulz iteration alone on the same-shape stacks the optimizer forms at width ``d``:
+    torch.optim.Muon's per-matrix function, ``linalg.msign(normalize="frobenius")`` (per matrix on the CPU)
+    and its batched ``bmm``/``baddbmm`` loop (the one used on GPUs), in interleaved rounds; medians of the
+    per-round CPU-time ratios to torch. All three give the same bits (checked)."""
+    from torch.optim._muon import _zeropower_via_newtonschulz
+
+    from spectrakit.linalg import msign
+    from spectrakit.linalg.polar import _frobenius_iterate, to_wide
+    from spectrakit.linalg.schedules import SCHEDULES
+
+    coeffs = SCHEDULES["muon"](ns_steps, None)
+    stacks: dict[tuple, int] = {}
+    for s in muon_shapes(d):
+        stacks[s] = stacks.get(s, 0) + 1
+    gen = torch.Generator().manual_seed(d)
+    batches = [torch.randn(b, *s, generator=gen) for s, b in stacks.items()]
+
+    def torch_loop():
+        return [torch.stack([_zeropower_via_newtonschulz(m, coeffs[0], ns_steps, 1e-7) for m in x]).float()
+                for x in batches]
+
+    def batched():
+        out = []
+        for x in batches:
+            w, transposed = to_wide(x.bfloat16())
+            out.append(_frobenius_iterate(w, coeffs, torch.float32, transposed, per_matrix=False))
+        return out
+
+    def ours():
+        return [msign(x, schedule="muon", steps=ns_steps, dtype=torch.bfloat16, normalize="frobenius")
+                for x in batches]
+
+    fns = {"torch.optim.Muon's function, per matrix": torch_loop, "msign (per matrix on CPU)": ours,
+           "msign's batched bmm/baddbmm loop": batched}
+    ref = torch_loop()
+    same = {k: all(torch.equal(a, b) for a, b in zip(ref, f())) for k, f in fns.items()}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(reps):
+        for k in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+            c0 = time.thread_time()
+            fns[k]()
+            cpu[k].append(time.thread_time() - c0)
+    base = cpu["torch.optim.Muon's function, per matrix"]
+    rows = []
+    for k, ts in cpu.items():
+        ratios = sorted(a / b for a, b in zip(ts, base))
+        desc = " ".join(f"{b}x{s[0]}x{s[1]}" for s, b in stacks.items())
+        rows.append({"d": d, "Newton-Schulz loop": k, "stacks": desc,
+                     "ns steps": ns_steps, "CPU ms": sorted(ts)[len(ts) // 2] * 1e3,
+                     "CPU-time ratio to torch": ratios[len(ratios) // 2],
+                     "min..max": f"{ratios[0]:.3f}..{ratios[-1]:.3f}", "same bits as torch": same[k]})
+    return rows
 
 
 def main() -> None:
@@ -146,6 +202,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--max-step-s", type=float, default=300.0,
                         help="skip a width whose estimated step exceeds this many seconds")
+    parser.add_argument("--ns-loops", action="store_true",
+                        help="time the Newton-Schulz loops alone (torch's per-matrix function, ours per matrix, "
+                             "ours batched) instead of the optimizer steps")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
     args = parser.parse_args()
     try:
@@ -165,7 +224,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     load = os.getloadavg()
     rows = []
-    for d in widths:
+    if args.ns_loops:
+        for d in widths:
+            rows += bench_ns_loops(d, args.reps, args.ns_steps)
+    for d in [] if args.ns_loops else widths:
         rate = matmul_tflops("cpu", torch.bfloat16, min(d, 512)) * 1e12
         est = ns_flops(muon_shapes(d), args.ns_steps) / rate
         if est > args.max_step_s:
@@ -175,8 +237,11 @@ def main() -> None:
         rows.append(bench_width(d, args.reps, args.ns_steps))
         print(rows[-1], flush=True)
     env = environment()
-    text = (
-        "### optim: Muon against torch.optim.Muon (2-D parameters of the 2-layer LLaMA sets, interleaved rounds)\n\n"
+    title = (
+        "### optim: Muon's Newton-Schulz loops against torch.optim.Muon's (the optimizer's stacks, interleaved "
+         "rounds)\n\n" if args.ns_loops else
+         "### optim: Muon against torch.optim.Muon (2-D parameters of the 2-layer LLaMA sets, interleaved rounds)\n\n")
+    text = title + (
         f"device: {env['device']}, {cpu_model()}, {os.cpu_count()} cores · torch {env['torch']} · "
         f"threads {torch.get_num_threads()} · CPU capability "
         f"{torch.backends.cpu.get_cpu_capability()} · bf16 matmuls fast: {bf16_matmul_fast('cpu')} · "
@@ -185,7 +250,8 @@ def main() -> None:
     )
     print(text)
     if not args.no_write:
-        write_section(f"muon-vs-torch-cpu-{args.widths}-ns{args.ns_steps}", text)
+        kind = "ns-loops" if args.ns_loops else "steps"
+        write_section(f"muon-vs-torch-cpu-{kind}-{args.widths}-ns{args.ns_steps}", text)
 
 
 if __name__ == "__main__":
