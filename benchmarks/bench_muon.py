@@ -7,8 +7,9 @@ run in one process, in interleaved rounds (one step of each per round, the order
 round, so that a change of machine load hits both); the table gives the medians of the step times and of the
 per-round ratios ``spectrakit / torch``, by wall clock and by this thread's CPU time (the CPU time leaves out
 the time the process waited for a core, so it is the steadier of the two on a shared machine). ``outside
-products ms``: CPU time of one step outside the matrix products (the profiler's self time of every other op
-and of the Python code between them): what a step adds around the Newton-Schulz products. After the
+products ms``: time of one step outside the matrix products (the profiler's self time of every other op and
+of the Python code between them; wall time of those ops, so it includes waiting on a loaded machine): what a
+step adds around the Newton-Schulz products. After the
 rounds it checks that the momentum buffers are bit-identical
 and reports the largest parameter difference (relative to the largest parameter entry).
 
@@ -81,8 +82,8 @@ def _step_s(opt) -> tuple[float, float]:
 
 
 def outside_matmul_ms(opt) -> float:
-    """CPU ms of one step spent outside the matrix products (self time of every other op and of the Python
-    code between them, from the profiler): the work a step adds around the Newton-Schulz products."""
+    """Milliseconds of one step spent outside the matrix products (the profiler's self time of every other op
+    and of the Python code between them): the work a step adds around the Newton-Schulz products."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -133,6 +134,7 @@ def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
             "ns steps": ns_steps, "torch ms": med(times["torch"]) * 1e3,
             "spectrakit ms": med(times["spectrakit"]) * 1e3, "spectrakit / torch": med(ratios),
             "ratio min..max": f"{min(ratios):.3f}..{max(ratios):.3f}",
+            "torch CPU ms": med(cpu["torch"]) * 1e3, "spectrakit CPU ms": med(cpu["spectrakit"]) * 1e3,
             "CPU-time ratio": med(cpu_ratios), "CPU ratio min..max": f"{min(cpu_ratios):.3f}..{max(cpu_ratios):.3f}",
             "outside products ms (torch)": outside["torch"], "outside products ms (spectrakit)": outside["spectrakit"],
             "momentum bit-identical": same_m, "max param diff (rel)": diff}
