@@ -116,10 +116,10 @@ def _frobenius_iterate(x: torch.Tensor, coeffs, out_dtype: torch.dtype | None = 
     Returns the result transposed back when ``transposed`` and in ``out_dtype`` (default: x's dtype).
     ``per_matrix`` (default: True on CPU, else False) picks the loop. Per matrix: each matrix goes through
     all steps before the next one (torch's own ``mm``/``addmm`` calls, while the matrix is in cache) and is
-    written into the output in its final layout and dtype by one copy; on CPU batching does not pay
-    (``baddbmm`` loops over the matrices there anyway, and the batch's iterates leave the cache between
-    steps). Batched (other devices): one ``bmm``/``baddbmm`` per product for the whole batch (one kernel
-    launch per product). Both loops give the same bits."""
+    written into the output in its final layout and dtype by one copy; on the CPU batching gains nothing
+    (``baddbmm`` loops over the matrices there anyway; measured within 1% in emulated bf16) and this loop
+    issues exactly ``torch.optim.Muon``'s calls. Batched (other devices): one ``bmm``/``baddbmm`` per
+    product for the whole batch (one kernel launch per product). Both loops give the same bits."""
     out_dtype = x.dtype if out_dtype is None else out_dtype
     flat = x.reshape(-1, *x.shape[-2:])
     if per_matrix is None:
