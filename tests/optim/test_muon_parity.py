@@ -1,0 +1,76 @@
+"""``Muon`` does no more matrix work than ``torch.optim.Muon``: one step issues exactly torch's matrix products
+(same aten ops, operand shapes, strides, dtypes and ``beta``/``alpha``), so the Newton-Schulz iteration,
+which dominates the step where bf16 matmuls are emulated, runs the same kernels; and the results stay
+bit-identical to torch's (momentum buffers, Newton-Schulz output) whichever loop computes them
+(tests/optim/test_conformance.py checks 50 steps). Step times are in benchmarks/bench_muon.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import spectrakit.optim as O
+
+pytest.importorskip("torch.optim._muon", reason="torch.optim.Muon (the reference) is in torch >= 2.9")
+
+# tall, wide and square matrices, repeated shapes (one batch each in spectrakit), a shape seen once
+SHAPES = [(48, 16), (16, 40), (48, 16), (24, 24), (16, 40), (48, 16), (24, 24), (8, 56)]
+_MATMULS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "addmm_", "baddbmm_", "mv", "dot", "addbmm"}
+
+
+class _MatmulLog(TorchDispatchMode):
+    """Records every matrix product: (op, operand shapes, strides, dtypes, keyword scalars)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func._schema.name.split("::")[-1]
+        if name in _MATMULS:
+            ops = tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+            self.calls.append((name, ops, tuple(sorted(kwargs.items()))))
+        return func(*args, **kwargs)
+
+
+def _one_logged_step(make, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
+    opt = make(params)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    opt.step()  # the first step allocates state; the second one is logged
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    with _MatmulLog() as log:
+        opt.step()
+    return log.calls, opt
+
+
+@pytest.mark.parametrize("ns_steps", [5, 2])
+def test_muon_step_issues_exactly_torchs_matrix_products(ns_steps):
+    """The multiset of matrix products of one step equals torch.optim.Muon's: 3 per Newton-Schulz step and
+    matrix (``X X^T`` and two ``addmm``), in bf16, with the same operand layouts (a tall matrix iterates on
+    its transpose). A batched ``bmm``/``baddbmm`` over same-shape matrices, an extra product or a copy that
+    changes a layout (and thus the kernel) fails it."""
+    ours, _ = _one_logged_step(lambda ps: O.Muon(ps, lr=0.02, weight_decay=0.1, post_steps=ns_steps))
+    ref, _ = _one_logged_step(lambda ps: torch.optim.Muon(ps, lr=0.02, weight_decay=0.1, ns_steps=ns_steps))
+    assert len(ref) == 3 * ns_steps * len(SHAPES)
+    assert all(dt == torch.bfloat16 for _, ops, _ in ref for op in ops if isinstance(op, tuple) for dt in op[2:])
+    assert Counter(ours) == Counter(ref)
+
+
+def test_muon_and_dmuon_match_torch_bits_with_per_matrix_loop():
+    """Two steps of Muon and D-Muon: the momentum buffers are bit-identical to torch.optim.Muon's and the
+    parameters agree to the rounding of the final ``p + (-lr alpha) U`` (torch fuses it into one ``add``)."""
+    for cls, adjust, lr in ((O.Muon, "original", 0.02), (O.DMuon, "match_rms_adamw", 1e-3)):
+        _, ours = _one_logged_step(lambda ps, cls=cls, lr=lr: cls(ps, lr=lr, weight_decay=0.1))
+        _, ref = _one_logged_step(lambda ps, adjust=adjust, lr=lr: torch.optim.Muon(
+            ps, lr=lr, weight_decay=0.1, adjust_lr_fn=adjust))
+        for p, q in zip(ours.param_groups[0]["params"], ref.param_groups[0]["params"]):
+            assert torch.equal(ours.state[p]["momentum_buffer"], ref.state[q]["momentum_buffer"])
+            assert (p - q).abs().max() <= 2e-6 * q.abs().max()
