@@ -51,9 +51,30 @@ def test_death_in_teardown_tolerated_death_before_barrier_fails(tmp_path):
     (dict(timeout=0), "timeout must be a number of seconds in \\(0, 3600\\]"),
     (dict(backend="mpi"), "backend must be one of"),
     (dict(threads=0), "threads must be an int in \\[1, 256\\]"),
+    (dict(start_method="fork"), "start_method must be one of"),
 ])
 def test_argument_errors(kwargs, match):
     args = dict(target="x.py:f", world_size=1)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         run_workers(**args)
+
+
+def test_workers_see_the_callers_environment_and_spawn_still_works(tmp_path, monkeypatch):
+    """The fork server keeps the environment it started with; each launch must hand the workers the caller's
+    environment of that moment (a variable set, one changed, one removed since the server started). The
+    ``spawn`` start method (a fresh interpreter per rank, one rank here) gives the same result."""
+    src = tmp_path / "w.py"
+    src.write_text(
+        "import os\n"
+        "def env(rank, ws):\n"
+        "    return [os.environ.get(k) for k in ('SPECTRAKIT_T_NEW', 'SPECTRAKIT_T_OLD', 'SPECTRAKIT_T_GONE')]\n")
+    monkeypatch.setenv("SPECTRAKIT_T_OLD", "before")
+    monkeypatch.setenv("SPECTRAKIT_T_GONE", "before")
+    assert run_workers(f"{src}:env", 2, timeout=120) == [[None, "before", "before"]] * 2  # server started
+    monkeypatch.setenv("SPECTRAKIT_T_NEW", "new")
+    monkeypatch.setenv("SPECTRAKIT_T_OLD", "changed")
+    monkeypatch.delenv("SPECTRAKIT_T_GONE")
+    expected = [["new", "changed", None]] * 2
+    assert run_workers(f"{src}:env", 2, timeout=120) == expected
+    assert run_workers(f"{src}:env", 1, timeout=120, start_method="spawn") == expected[:1]
