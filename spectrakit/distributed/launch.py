@@ -11,6 +11,9 @@ imports torch again (about 3 s of CPU per rank, 35-45 s per launch measured on a
 0.3 s with the fork server). Unlike a plain ``fork`` of the caller, the server holds no threads or locks of the
 caller, so it is safe from threaded programs (pytest-xdist, data loaders). Each worker receives the caller's
 environment variables as they are at the call (the server's own were fixed when it started).
+In a process made by ``os.fork`` the default is ``"spawn"``: a fork server inherited from the parent belongs to
+the parent, and its workers would be neither this process's children nor in its process group (a ``killpg``
+of this process's group must reach them).
 
 Teardown: each rank saves its result, then all ranks meet at a barrier, and a rank that has passed it
 leaves a marker file before ``destroy_process_group``. Under load, gloo has been seen to abort a process
@@ -47,8 +50,20 @@ def _resolve(target: str | Callable) -> Callable:
     return getattr(module, name)
 
 
+_FORKED = False  # this process was made by os.fork: the fork server, if any, belongs to the parent
+
+
+def _forked_child() -> None:
+    global _FORKED
+    _FORKED = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
+
+
 def _default_start_method() -> str:
-    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() and not _FORKED else "spawn"
 
 
 def _worker(rank: int, target, world_size: int, init_file: str, out_dir: str, backend: str, args: tuple,
@@ -93,7 +108,8 @@ def run_workers(target: str | Callable, world_size: int = 2, *, args: tuple = ()
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (one CUDA device per rank).
         threads: ``torch.set_num_threads`` in each worker, an int in [1, 256].
         start_method: ``"forkserver"`` (the default where available: workers forked from a server process that
-            has imported torch once) or ``"spawn"`` (a fresh interpreter per rank); see the module docstring.
+            has imported torch once) or ``"spawn"`` (a fresh interpreter per rank; the default in a process
+            made by ``os.fork``); see the module docstring.
 
     Returns:
         ``[result of rank 0, result of rank 1, ...]`` (transferred with ``torch.save``/``torch.load``).
@@ -110,6 +126,10 @@ def run_workers(target: str | Callable, world_size: int = 2, *, args: tuple = ()
     if start_method is None:
         start_method = _default_start_method()
     check_choice(start_method, "start_method", set(mp.get_all_start_methods()) & {"forkserver", "spawn"})
+    if start_method == "forkserver" and _FORKED:
+        raise ValueError("start_method='forkserver' is not available in a process made by os.fork (the fork "
+                         "server belongs to the parent, and its workers would not be this process's children); "
+                         "use 'spawn'")
     if not (isinstance(timeout, (int, float)) and 0 < timeout <= 3600):
         raise ValueError(f"timeout must be a number of seconds in (0, 3600], got {timeout!r}")
     with tempfile.TemporaryDirectory(prefix="spectrakit_dist_") as tmp:

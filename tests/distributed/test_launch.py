@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -78,3 +79,29 @@ def test_workers_see_the_callers_environment_and_spawn_still_works(tmp_path, mon
     expected = [["new", "changed", None]] * 2
     assert run_workers(f"{src}:env", 2, timeout=120) == expected
     assert run_workers(f"{src}:env", 1, timeout=120, start_method="spawn") == expected[:1]
+
+
+def test_a_forked_child_spawns_instead_of_using_the_parents_fork_server():
+    """After ``os.fork`` the fork server (started by the parent, e.g. by an earlier test) is the parent's: its
+    workers would not be the child's children nor in the child's process group, so the child spawns, and an
+    explicit ``start_method="forkserver"`` is refused with a clear error."""
+    from spectrakit.distributed import launch
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (child)
+        try:
+            msg = launch._default_start_method() + "|"
+            try:
+                run_workers("x.py:f", 1, start_method="forkserver")
+            except ValueError as e:
+                msg += str(e)
+            os.write(w, msg.encode()[:4000])
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        msg = f.read().decode()
+    os.waitpid(pid, 0)
+    assert launch._default_start_method() in ("forkserver", "spawn")  # the parent is unaffected
+    assert msg.startswith("spawn|") and "not available in a process made by os.fork" in msg, msg
