@@ -62,6 +62,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked_child)
 
 
+def _ensure_fork_server() -> None:
+    """Start Python's fork server (once per process) with torch and this module imported. The server is a
+    fresh interpreter that does not take the caller's ``sys.path`` before importing (Python 3.11), so the
+    folder holding this copy of spectrakit goes first on its ``PYTHONPATH``: the workers then run this very
+    module, not another installed copy."""
+    from multiprocessing import forkserver
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
+    try:
+        mp.set_forkserver_preload([__name__])
+        forkserver.ensure_running()
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
 def _default_start_method() -> str:
     return "forkserver" if "forkserver" in mp.get_all_start_methods() and not _FORKED else "spawn"
 
@@ -136,8 +156,7 @@ def run_workers(target: str | Callable, world_size: int = 2, *, args: tuple = ()
         init_file = os.path.join(tmp, "rendezvous")
         worker_args = (target, world_size, init_file, tmp, backend, tuple(args), threads, dict(os.environ))
         if start_method == "forkserver":
-            # the server imports torch and this module once; the workers forked from it need not
-            mp.set_forkserver_preload([__name__])
+            _ensure_fork_server()
         ctx = mp.start_processes(_worker, args=worker_args, nprocs=world_size, join=False,
                                  start_method=start_method)
         deadline = time.monotonic() + timeout

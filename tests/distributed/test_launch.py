@@ -8,6 +8,7 @@ import time
 import pytest
 import torch.multiprocessing as mp
 
+from spectrakit.distributed import launch
 from spectrakit.distributed.launch import run_workers
 
 pytestmark = pytest.mark.distributed
@@ -69,7 +70,10 @@ def test_workers_see_the_callers_environment_and_spawn_still_works(tmp_path, mon
     src.write_text(
         "import os\n"
         "def env(rank, ws):\n"
-        "    return [os.environ.get(k) for k in ('SPECTRAKIT_T_NEW', 'SPECTRAKIT_T_OLD', 'SPECTRAKIT_T_GONE')]\n")
+        "    return [os.environ.get(k) for k in ('SPECTRAKIT_T_NEW', 'SPECTRAKIT_T_OLD', 'SPECTRAKIT_T_GONE')]\n"
+        "def where(rank, ws):\n"
+        "    import spectrakit.distributed.launch as m\n"
+        "    return m.__file__\n")
     monkeypatch.setenv("SPECTRAKIT_T_OLD", "before")
     monkeypatch.setenv("SPECTRAKIT_T_GONE", "before")
     assert run_workers(f"{src}:env", 2, timeout=120) == [[None, "before", "before"]] * 2  # server started
@@ -79,14 +83,14 @@ def test_workers_see_the_callers_environment_and_spawn_still_works(tmp_path, mon
     expected = [["new", "changed", None]] * 2
     assert run_workers(f"{src}:env", 2, timeout=120) == expected
     assert run_workers(f"{src}:env", 1, timeout=120, start_method="spawn") == expected[:1]
+    # the workers run this copy of spectrakit (the fork server does not take the caller's sys.path by itself)
+    assert run_workers(f"{src}:where", 2, timeout=120) == [launch.__file__] * 2
 
 
 def test_a_forked_child_spawns_instead_of_using_the_parents_fork_server():
     """After ``os.fork`` the fork server (started by the parent, e.g. by an earlier test) is the parent's: its
     workers would not be the child's children nor in the child's process group, so the child spawns, and an
     explicit ``start_method="forkserver"`` is refused with a clear error."""
-    from spectrakit.distributed import launch
-
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover (child)
