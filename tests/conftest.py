@@ -58,6 +58,14 @@ def one_thread():
     torch.set_num_threads(n)
 
 
+@pytest.fixture(scope="session")
+def corpus_cache(tmp_path_factory) -> str:
+    """One ``SPECTRAKIT_CACHE`` folder per test process, shared by the tests that only need a tokenised corpus
+    (tokenising the stdlib corpus costs about 2 s of CPU each time). Tests of the preparation itself, or of a
+    signal arriving during it, keep a private empty cache."""
+    return str(tmp_path_factory.getbasetemp() / "cache")
+
+
 def _load_module(name: str, path: str):
     if name not in sys.modules:
         spec = importlib.util.spec_from_file_location(name, path)

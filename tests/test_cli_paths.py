@@ -104,8 +104,8 @@ def test_unexpected_failure_is_one_line_exit_1(capsys, monkeypatch):
         main(["report", "x.json"])
 
 
-def test_resume_with_every_checkpoint_corrupted_is_one_line_exit_1(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("SPECTRAKIT_CACHE", str(tmp_path / "cache"))
+def test_resume_with_every_checkpoint_corrupted_is_one_line_exit_1(tmp_path, capsys, monkeypatch, corpus_cache):
+    monkeypatch.setenv("SPECTRAKIT_CACHE", corpus_cache)
     args = ["compare", "--optimizers", "adamw", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2",
             "--seq-len", "8", "--eval-every", "2", "--eval-tokens", "32", "--ckpt-every", "2", "--quiet",
             "--threads", "1", "--out", str(tmp_path / "out")]

@@ -59,7 +59,8 @@ def test_wheel_builds_installs_and_imports(tmp_path):
     shutil.copytree(os.path.join(ROOT, "spectrakit"), src / "spectrakit",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q",
+    quiet = ["-q", "--disable-pip-version-check", "--no-input"]  # no look-up of pip's newest version online
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", *quiet,
                     "-w", str(dist)], check=True, cwd=tmp_path)
     (wheel,) = dist.glob("spectrakit-*.whl")
     assert wheel.name.startswith(f"spectrakit-{spectrakit.__version__}-")
@@ -76,7 +77,7 @@ def test_wheel_builds_installs_and_imports(tmp_path):
     _see_running_site_packages(py)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
     # the running interpreter's pip installs into the new environment (pip is not in it: --without-pip)
-    subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", "-q", str(wheel)],
+    subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", *quiet, str(wheel)],
                    check=True, env=env, cwd=tmp_path)
     out = subprocess.run([py, "-c", CHECK], check=True, env=env, cwd=tmp_path, capture_output=True, text=True)
     assert out.stdout.strip() == spectrakit.__version__

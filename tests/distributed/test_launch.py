@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 import torch.multiprocessing as mp
 
+from spectrakit.distributed import launch
 from spectrakit.distributed.launch import run_workers
 
 pytestmark = pytest.mark.distributed
@@ -51,9 +53,59 @@ def test_death_in_teardown_tolerated_death_before_barrier_fails(tmp_path):
     (dict(timeout=0), "timeout must be a number of seconds in \\(0, 3600\\]"),
     (dict(backend="mpi"), "backend must be one of"),
     (dict(threads=0), "threads must be an int in \\[1, 256\\]"),
+    (dict(start_method="fork"), "start_method must be one of"),
 ])
 def test_argument_errors(kwargs, match):
     args = dict(target="x.py:f", world_size=1)
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         run_workers(**args)
+
+
+def test_workers_see_the_callers_environment_and_spawn_still_works(tmp_path, monkeypatch):
+    """The fork server keeps the environment it started with; each launch must hand the workers the caller's
+    environment of that moment (a variable set, one changed, one removed since the server started). The
+    ``spawn`` start method (a fresh interpreter per rank, one rank here) gives the same result."""
+    src = tmp_path / "w.py"
+    src.write_text(
+        "import os\n"
+        "def env(rank, ws):\n"
+        "    return [os.environ.get(k) for k in ('SPECTRAKIT_T_NEW', 'SPECTRAKIT_T_OLD', 'SPECTRAKIT_T_GONE')]\n"
+        "def where(rank, ws):\n"
+        "    import spectrakit.distributed.launch as m\n"
+        "    return m.__file__\n")
+    monkeypatch.setenv("SPECTRAKIT_T_OLD", "before")
+    monkeypatch.setenv("SPECTRAKIT_T_GONE", "before")
+    assert run_workers(f"{src}:env", 2, timeout=120) == [[None, "before", "before"]] * 2  # server started
+    monkeypatch.setenv("SPECTRAKIT_T_NEW", "new")
+    monkeypatch.setenv("SPECTRAKIT_T_OLD", "changed")
+    monkeypatch.delenv("SPECTRAKIT_T_GONE")
+    expected = [["new", "changed", None]] * 2
+    assert run_workers(f"{src}:env", 2, timeout=120) == expected
+    assert run_workers(f"{src}:env", 1, timeout=120, start_method="spawn") == expected[:1]
+    # the workers run this copy of spectrakit (the fork server does not take the caller's sys.path by itself)
+    assert run_workers(f"{src}:where", 2, timeout=120) == [launch.__file__] * 2
+
+
+def test_a_forked_child_spawns_instead_of_using_the_parents_fork_server():
+    """After ``os.fork`` the fork server (started by the parent, e.g. by an earlier test) is the parent's: its
+    workers would not be the child's children nor in the child's process group, so the child spawns, and an
+    explicit ``start_method="forkserver"`` is refused with a clear error."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (child)
+        try:
+            msg = launch._default_start_method() + "|"
+            try:
+                run_workers("x.py:f", 1, start_method="forkserver")
+            except ValueError as e:
+                msg += str(e)
+            os.write(w, msg.encode()[:4000])
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        msg = f.read().decode()
+    os.waitpid(pid, 0)
+    assert launch._default_start_method() in ("forkserver", "spawn")  # the parent is unaffected
+    assert msg.startswith("spawn|") and "not available in a process made by os.fork" in msg, msg

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import pickle
 import re
+import socket
 import subprocess
 import sys
 
@@ -86,28 +87,57 @@ def test_hf_trainer(data_env):
     assert "max ||U||_2" in out
 
 
+def launch(args, env, nproc, timeout=300):
+    """Start ``nproc`` ranks of a script directly with the variables torchrun would set (rank, world size, a
+    free local port): torchrun's own agent process, a third interpreter importing torch, is not needed for
+    the checks after the first run. Returns rank 0's completed process."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(nproc),
+                LOCAL_WORLD_SIZE=str(nproc))
+    procs = [subprocess.Popen(args, cwd=ROOT, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(nproc)]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    return subprocess.CompletedProcess(args, procs[0].returncode, *outs[0]), [p.returncode for p in procs]
+
+
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_fsdp2_torchrun_resumes_exactly(data_env, tmp_path):
-    """3 of 5 steps, checkpoint, resume for the last 2: the same losses as 5 uninterrupted steps."""
+    """3 of 5 steps, checkpoint, resume for the last 2: the same losses as 5 uninterrupted steps. The
+    uninterrupted run goes through torchrun; the interrupted one, its resumption and the hostile checkpoint
+    start the ranks directly with torchrun's variables (``launch``)."""
     env, data = data_env
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                "examples/fsdp2_torchrun.py", "--steps", "5", *data]
+    script = [sys.executable, "examples/fsdp2_torchrun.py", "--steps", "5", *data]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *script[1:]]
     full = losses(run(torchrun, env))
     ckpt = str(tmp_path / "ckpt")
-    first = run([*torchrun, "--ckpt", ckpt, "--stop-after", "3"], env)
+
+    def two_ranks(*extra):
+        proc, codes = launch([*script, *extra], env, 2)
+        if codes != [0, 0]:
+            pytest.fail(f"exit codes {codes}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        return proc.stdout
+
+    first = two_ranks("--ckpt", ckpt, "--stop-after", "3")
     assert "ShardedSpectraAdamW on 2 processes" in first and os.path.isdir(ckpt)
-    second = run([*torchrun, "--ckpt", ckpt, "--resume"], env)
+    second = two_ranks("--ckpt", ckpt, "--resume")
     assert "resumed from step 3" in second
     assert len(full) == 5 and losses(first) + losses(second) == pytest.approx(full, abs=1e-6)
     # a crafted .metadata (its pickle calls os.system through a module DCP's own reader imports) is refused
+    # (one rank: the loader refuses it before any collective)
     marker = tmp_path / "PWNED"
     body = pickle.dumps((f"touch {marker}",), protocol=2)[2:-1]
     name = lambda s: b"\x8c" + bytes([len(s)]) + s.encode()
     with open(os.path.join(ckpt, ".metadata"), "wb") as f:
         f.write(b"\x80\x04" + name("torch.distributed.checkpoint.filesystem") + name("os.system") + b"\x93" + body
                 + b"R.")
-    proc = subprocess.run([*torchrun, "--ckpt", ckpt, "--resume"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc, _ = launch([*script, "--ckpt", ckpt, "--resume"], env, 1)
     assert proc.returncode != 0 and "refused, never executed" in proc.stderr
     assert not marker.exists()
