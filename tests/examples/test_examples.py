@@ -89,6 +89,15 @@ def test_lightning_module_matches_the_plain_loop(data_env):
     assert diag and set(diag) <= set(re.findall(r"step \d+: max .*", plain))
 
 
+@pytest.mark.soak
+@needs("lightning")
+def test_lightning_module_compiled(data_env):
+    env, data = data_env
+    out = run([sys.executable, "examples/lightning_module.py", "--steps", "3", "--compile", "--compile-backend",
+               "aot_eager", *data], env, timeout=1200)
+    assert 0 < float(re.search(r"final loss ([0-9.]+)", out).group(1)) < 10
+
+
 @needs("transformers")
 @needs("accelerate")
 def test_hf_trainer(data_env):
