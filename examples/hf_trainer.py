@@ -8,7 +8,7 @@ Trainer's own ``learning_rate``/``weight_decay`` arguments are then unused. GPT-
 the token embedding, so ``param_groups`` lists it once.
 
 ``--compile`` compiles the model (the Trainer's ``torch_compile``) and the optimizer step (``torch.compile``
-of ``opt.step``, set before the scheduler wraps it); ``--compile-backend aot_eager`` compiles in seconds on a
+of ``opt.step``, after the scheduler has wrapped it); ``--compile-backend aot_eager`` compiles in seconds on a
 CPU.
 """
 
@@ -68,9 +68,9 @@ model = transformers.GPT2LMHeadModel(config)
 warmup = min(args.warmup, args.max_steps)
 opt = SpectraAdamW(param_groups(model, weight_decay=0.1), lr=args.lr, c=args.c, betas=(0.8, 0.999),
                    warmup_steps=warmup)
-if args.compile:  # before the scheduler, which wraps opt.step to count the calls
-    opt.step = torch.compile(opt.step, backend=args.compile_backend)
 sched = transformers.get_cosine_schedule_with_warmup(opt, warmup, args.max_steps)
+if args.compile:  # after the scheduler, which wraps the (bound) opt.step to count its calls
+    opt.step = torch.compile(opt.step, backend=args.compile_backend)
 diag = SpectralDiagnostics(every=max(1, args.max_steps // 4))
 diag.attach(model, opt)
 
