@@ -114,6 +114,17 @@ def _counter(value) -> torch.Tensor:
     return torch.as_tensor(value, dtype=torch.int64, device="cpu").detach().clone().reshape(())
 
 
+def _separate_work(group, base, per_tensor, pre_c_k, params, wdt) -> bool:
+    """Whether a flat batch gets one work tensor per parameter instead of views of one buffer: only while
+    ``torch.compile`` traces the step, for an element-wise group (no post-transform, no vector clip or
+    pre-clip) whose base chains tensor by tensor (it never touches the joint buffer). Same arithmetic.
+    Measured (inductor, CPU, AdamW on 4 parameters): compiled step 13.2 ms with one buffer, 1.13 ms with
+    separate tensors (eager 1-2.5 ms)."""
+    return (torch.compiler.is_compiling() and per_tensor and getattr(base, "chains", False) and pre_c_k is None
+            and POST_TRANSFORMS[group["post"]] is None and not group["vector_clip"]
+            and all(p.grad.dtype == wdt for p in params))
+
+
 def _nonzero(x) -> bool:
     """``x != 0`` for a Python number; True for a tensor (its value is not read: no host sync)."""
     return True if isinstance(x, torch.Tensor) else x != 0
@@ -729,6 +740,10 @@ class Spectra(torch.optim.Optimizer):
             if kind == "matrix":
                 buf = torch.empty((len(params), *shape), dtype=wdt, device=dev)
                 views = [v.view(p.shape) for v, p in zip(buf.unbind(0), params)]
+            elif _separate_work(group, base, per_tensor, pre_c_k, params, wdt):
+                # traced: one work tensor per parameter (writes to views of one buffer are copies of the
+                # whole buffer after functionalization); the element-wise chain below never uses ``buf``
+                buf, views = None, [torch.empty(p.shape, dtype=wdt, device=dev) for p in params]
             else:
                 sizes = [p.numel() for p in params]
                 buf = torch.empty(sum(sizes), dtype=wdt, device=dev)
