@@ -23,6 +23,12 @@ Also reports the FLOP-count bound of the soft clips of SpectraAdamW: model FLOPs
 ``linalg.soft_clip(method="polar")`` divided by the measured matmul throughput of the device in the compute
 dtype, and (CUDA) whether ``torch.cuda.set_sync_debug_mode("error")`` passes for our optimizers.
 
+``--compile-widths 192`` (with ``--presets``, ``--backend``): for each preset and width, the eager step and
+the ``torch.compile``-d step (``torch.compile(opt.step)``, default inductor) of our optimizer and of its torch
+counterpart (torch AdamW for AdamW, Lion and Signum, torch SGD for SGD; foreach on CPU, fused on CUDA), in
+interleaved rounds, medians of the per-round ratios; the first compiled call's time (the compile), graph
+breaks and recompiles over the timed calls.
+
 Usage: ``python benchmarks/bench_optim.py`` (GPU: the 124M LLaMA preset, d = 768, 12 layers, SwiGLU 2048,
 untied 50304 vocab; CPU: the ``small`` preset, d = 192, 2 layers, hidden 512, vocab 2048).
 """
@@ -393,6 +399,85 @@ def bench_widths(widths, device: str, reps: int, max_bf16_s: float, lmo: bool = 
     return rows
 
 
+TORCH_COUNTERPART = {"AdamW": "AdamW", "SGD": "SGD", "Lion": "AdamW", "Signum": "AdamW"}
+
+
+def _make(name: str, params, cuda: bool):
+    """Our preset ``name`` or, for ``"torch X"``, torch's optimizer X (foreach on CPU, fused on CUDA) with
+    the same hyperparameters where they exist."""
+    from spectrakit import optim as O
+
+    if name.startswith("torch "):
+        kind = dict(fused=True) if cuda else dict(foreach=True)
+        if name == "torch SGD":
+            return torch.optim.SGD(params, lr=1e-3, momentum=0.9, **kind)
+        return torch.optim.AdamW(params, lr=1e-3, **kind)
+    return getattr(O, name)(params, lr=1e-3)
+
+
+def bench_compile(widths, presets, device: str, reps: int, backend: str) -> list[dict]:
+    """Eager and compiled step times of ``presets`` and their torch counterparts at each width (see the module
+    docstring); one row per (width, optimizer). Every compiled step keeps its own graphs (each optimizer is
+    a separate guard entry of the same ``step`` code: the recompile limit is raised for the run)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.config.recompile_limit = 64
+    cuda = device.startswith("cuda")
+    refs = {p: "torch " + TORCH_COUNTERPART.get(p, "AdamW") for p in presets}
+    names = list(dict.fromkeys(n for p in presets for n in (refs[p], p)))
+    rows = []
+    for d in widths:
+        torch._dynamo.reset()
+        shapes = width_shapes(d)
+        gen = torch.Generator(device=device).manual_seed(d)
+        init = [torch.randn(s, device=device, generator=gen) * 0.02 for s in shapes]
+        grads = [torch.randn(s, device=device, generator=gen) * 1e-2 for s in shapes]
+        runs = {}
+        for name in names:
+            for compiled in (False, True):
+                ps = [torch.nn.Parameter(t.clone()) for t in init]
+                for p, g in zip(ps, grads):
+                    p.grad = g.clone()
+                opt = _make(name, ps, cuda)
+                step, info = opt.step, {}
+                if compiled:
+                    breaks0, graphs0 = sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
+                    step = torch.compile(opt.step, backend=backend)
+                    info["compile s"] = time_fn(step, device, warmup=0, reps=1) / 1e3
+                    graphs1 = counters["stats"]["unique_graphs"]
+                    for _ in range(3):
+                        step()
+                    info["graph breaks"] = sum(counters["graph_break"].values()) - breaks0
+                    info["graphs"] = graphs1 - graphs0
+                    info["recompiles"] = counters["stats"]["unique_graphs"] - graphs1
+                else:
+                    step()
+                runs[(name, compiled)] = (step, info)
+        times = {k: [] for k in runs}
+        for _ in range(reps):  # interleaved rounds: one step of each
+            for k, (step, _) in runs.items():
+                times[k].append(time_fn(step, device, warmup=0, reps=1))
+
+        def med(xs):
+            return sorted(xs)[len(xs) // 2]
+
+        def ratio(a, b, times=times):
+            return med([x / y for x, y in zip(times[a], times[b])])
+
+        for name in names:
+            ref = refs.get(name, name)
+            info = runs[(name, True)][1]
+            rows.append({"d": d, "optimizer": name, "torch counterpart": ref,
+                         "eager ms": med(times[(name, False)]),
+                         "eager / torch eager": ratio((name, False), (ref, False)),
+                         "compiled ms": med(times[(name, True)]),
+                         "compiled / torch compiled": ratio((name, True), (ref, True)),
+                         "compiled / own eager": ratio((name, True), (name, False)),
+                         "compile s": info["compile s"], "graphs": info["graphs"],
+                         "graph breaks": info["graph breaks"], "recompiles (calls 2-4)": info["recompiles"]})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -416,12 +501,46 @@ def main() -> None:
     parser.add_argument("--only", default=None,
                         help="with --widths: comma-separated optimizer names (as in the table); time only those "
                              "(torch AdamW is always timed)")
+
+    parser.add_argument("--compile-widths", default=None,
+                        help="comma-separated widths: eager and torch.compile-d steps of --presets and their torch "
+                             "counterparts, compile time, graph breaks, recompiles")
+    parser.add_argument("--presets", default="AdamW,SGD,Lion,Signum",
+                        help="with --compile-widths: comma-separated preset names of spectrakit.optim")
+    parser.add_argument("--backend", default="inductor", help="with --compile-widths: torch.compile backend")
     parser.add_argument("--max-bf16-s", type=float, default=30.0,
                         help="with --widths: skip the bf16 yardstick where its estimated step exceeds this many "
                              "seconds (bf16 products emulated in software)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.compile_widths:
+        try:
+            widths = [int(w) for w in args.compile_widths.split(",")]
+            if not widths or min(widths) < 8:
+                raise ValueError
+        except ValueError:
+            parser.error(f"--compile-widths must be comma-separated integers >= 8, got {args.compile_widths!r}")
+        import spectrakit.optim as O
+
+        presets = [p for p in args.presets.split(",") if p]
+        bad = [p for p in presets if not isinstance(getattr(O, p, None), type)]
+        if bad or not presets:
+            parser.error(f"--presets must name optimizers of spectrakit.optim, got {bad or args.presets!r}")
+        load = os.getloadavg()
+        rows = bench_compile(widths, presets, args.device, args.reps, args.backend)
+        env = environment()
+        text = (
+            f"### optim: eager and compiled steps against torch (2-layer LLaMA, vocab 2048), interleaved rounds\n\n"
+            f"device: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · backend "
+            f"{args.backend} · {env['date']} · load average {load[0]:.1f} (start), {os.getloadavg()[0]:.1f} (end)"
+            f"\n\ncommand: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
+        )
+        print(text)
+        if not args.no_write:
+            key = "cuda" if args.device.startswith("cuda") else "cpu"
+            write_section(f"optim-compile-{key}-{args.backend}-{args.compile_widths}", text)
+        return
     if args.widths:
         try:
             widths = [int(w) for w in args.widths.split(",")]

@@ -6,6 +6,10 @@
 ``Trainer(optimizers=(SpectraAdamW(param_groups(model), ...), scheduler))`` replaces the Trainer's AdamW; the
 Trainer's own ``learning_rate``/``weight_decay`` arguments are then unused. GPT-2's ``lm_head`` is tied to
 the token embedding, so ``param_groups`` lists it once.
+
+``--compile`` compiles the model (the Trainer's ``torch_compile``) and the optimizer step (``torch.compile``
+of ``opt.step``, after the scheduler has wrapped it); ``--compile-backend aot_eager`` compiles in seconds on a
+CPU.
 """
 
 import argparse
@@ -35,6 +39,9 @@ parser.add_argument("--seq-len", type=int, default=64)
 parser.add_argument("--corpus", default="stdlib", help="an offline corpus name of spectrakit.data")
 parser.add_argument("--data-files", nargs="*", help="text files to train on instead of --corpus")
 parser.add_argument("--output-dir", default=None, help="Trainer output folder (default: a temporary one)")
+parser.add_argument("--compile", action="store_true", help="torch.compile the model and the optimizer step")
+parser.add_argument("--compile-backend", default="inductor",
+                    help="torch.compile backend with --compile (default inductor; aot_eager compiles fastest)")
 args = parser.parse_args()
 
 
@@ -62,6 +69,8 @@ warmup = min(args.warmup, args.max_steps)
 opt = SpectraAdamW(param_groups(model, weight_decay=0.1), lr=args.lr, c=args.c, betas=(0.8, 0.999),
                    warmup_steps=warmup)
 sched = transformers.get_cosine_schedule_with_warmup(opt, warmup, args.max_steps)
+if args.compile:  # after the scheduler, which wraps the (bound) opt.step to count its calls
+    opt.step = torch.compile(opt.step, backend=args.compile_backend)
 diag = SpectralDiagnostics(every=max(1, args.max_steps // 4))
 diag.attach(model, opt)
 
@@ -69,7 +78,8 @@ with tempfile.TemporaryDirectory() as tmp:
     targs = transformers.TrainingArguments(
         output_dir=args.output_dir or tmp, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
         logging_steps=max(1, args.max_steps // 10), save_strategy="no", report_to=[], use_cpu=True,
-        disable_tqdm=True, seed=0,
+        disable_tqdm=True, seed=0, torch_compile=args.compile,
+        **({"torch_compile_backend": args.compile_backend} if args.compile else {}),
     )
     trainer = transformers.Trainer(model=model, args=targs, train_dataset=Windows(data.train, args.seq_len),
                                    optimizers=(opt, sched))

@@ -5,6 +5,9 @@
 
 Lightning calls ``optimizer.step()`` once per batch; SPECTRA needs nothing else (no manual optimization).
 ``SpectralDiagnostics.attach`` in ``on_fit_start`` logs spectral norms through ``self.log``.
+``--compile`` compiles the model's forward with ``torch.compile`` (``--compile-backend aot_eager`` compiles in
+seconds on a CPU); Lightning steps the optimizer with a closure, so the step itself stays eager here (see
+examples/nanogpt_style.py for a compiled step).
 """
 
 import argparse
@@ -34,6 +37,9 @@ parser.add_argument("--batch-size", type=int, default=8)
 parser.add_argument("--seq-len", type=int, default=64)
 parser.add_argument("--corpus", default="stdlib", help="an offline corpus name of spectrakit.data")
 parser.add_argument("--data-files", nargs="*", help="text files to train on instead of --corpus")
+parser.add_argument("--compile", action="store_true", help="torch.compile the model's forward")
+parser.add_argument("--compile-backend", default="inductor",
+                    help="torch.compile backend with --compile (default inductor; aot_eager compiles fastest)")
 args = parser.parse_args()
 
 
@@ -42,9 +48,11 @@ class LitLM(L.LightningModule):
         super().__init__()
         self.model = Llama(LlamaConfig(vocab_size=vocab_size, dim=64, n_layers=2, n_heads=4, max_seq_len=args.seq_len))
         self.diag = SpectralDiagnostics(every=max(1, args.max_steps // 4))
+        # a compiled function, not a submodule: the parameters keep their names
+        self.compiled = torch.compile(self.model.forward, backend=args.compile_backend) if args.compile else None
 
     def training_step(self, batch, batch_idx):
-        _, loss = self.model(*batch)
+        _, loss = (self.compiled or self.model)(*batch)
         self.log("loss", loss, prog_bar=True)
         return loss
 

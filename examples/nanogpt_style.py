@@ -5,6 +5,11 @@
 The three lines that matter: ``param_groups(model)`` (which parameters get the spectral update),
 ``SpectraAdamW(groups, lr=..., c=..., warmup_steps=...)`` and, optionally, ``SpectralDiagnostics().attach``
 to log spectral norms of weights and updates from this (or any) loop.
+
+``--compile`` compiles the model and the optimizer step with ``torch.compile`` (``--compile-backend
+aot_eager`` compiles in seconds instead of minutes on a CPU, without inductor's code generation). The
+learning rate is then a 0-d tensor that the scheduler updates in place, so the compiled step is reused at
+every step; during the clip's warm-up the step reads it on the host (one graph break per param group).
 """
 
 import argparse
@@ -31,6 +36,9 @@ parser.add_argument("--layers", type=int, default=2)
 parser.add_argument("--corpus", default="stdlib", help="an offline corpus name of spectrakit.data")
 parser.add_argument("--data-files", nargs="*", help="text files to train on instead of --corpus")
 parser.add_argument("--diagnostics-every", type=int, default=50)
+parser.add_argument("--compile", action="store_true", help="torch.compile the model and the optimizer step")
+parser.add_argument("--compile-backend", default="inductor",
+                    help="torch.compile backend with --compile (default inductor; aot_eager compiles fastest)")
 args = parser.parse_args()
 
 torch.manual_seed(0)
@@ -42,17 +50,22 @@ model = Llama(cfg)
 
 groups = param_groups(model, weight_decay=0.1)  # SPECTRA's reference routing
 warmup = min(args.warmup, args.max_steps)
-opt = SpectraAdamW(groups, lr=args.lr, c=args.c, betas=(0.8, 0.999), warmup_steps=warmup)
+lr = torch.tensor(args.lr) if args.compile else args.lr  # a tensor lr: no recompile when the scheduler moves it
+opt = SpectraAdamW(groups, lr=lr, c=args.c, betas=(0.8, 0.999), warmup_steps=warmup)
 print_param_groups(opt, model)  # name, shape, group, update rule, alpha, weight decay, lr of every parameter
 sched = make_scheduler(opt, total=args.max_steps, warmup=warmup, kind="wsd")
 diag = SpectralDiagnostics(every=args.diagnostics_every)
 diag.attach(model, opt)  # runs inside opt.step() at every `every`-th step
+forward, opt_step = model, opt.step
+if args.compile:
+    forward = torch.compile(model, backend=args.compile_backend)
+    opt_step = torch.compile(opt.step, backend=args.compile_backend)
 
 for step in range(args.max_steps):
     x, y = batches.next()
-    _, loss = model(x, y)
+    _, loss = forward(x, y)
     loss.backward()
-    opt.step()
+    opt_step()
     sched.step()
     opt.zero_grad(set_to_none=True)
     if step % 10 == 0 or step == args.max_steps - 1:

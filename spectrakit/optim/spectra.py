@@ -109,6 +109,22 @@ MIN_BATCH_NUMEL = 2**20
 # (the second moments of AdamW-like bases) would overflow float32, and the moments would stay inf.
 GRAD_BOUND = 1e18
 
+def _counter(value) -> torch.Tensor:
+    """A group's ``steps_taken`` as a fresh 0-d int64 CPU tensor (from an int or a tensor of a saved state)."""
+    return torch.as_tensor(value, dtype=torch.int64, device="cpu").detach().clone().reshape(())
+
+
+def _separate_work(group, base, per_tensor, pre_c_k, params, wdt) -> bool:
+    """Whether a flat batch gets one work tensor per parameter instead of views of one buffer: only while
+    ``torch.compile`` traces the step, for an element-wise group (no post-transform, no vector clip or
+    pre-clip) whose base chains tensor by tensor (it never touches the joint buffer). Same arithmetic.
+    Measured (inductor, CPU, AdamW on 4 parameters): compiled step 13.2 ms with one buffer, 1.13 ms with
+    separate tensors (eager 1-2.5 ms)."""
+    return (torch.compiler.is_compiling() and per_tensor and getattr(base, "chains", False) and pre_c_k is None
+            and POST_TRANSFORMS[group["post"]] is None and not group["vector_clip"]
+            and all(p.grad.dtype == wdt for p in params))
+
+
 def _nonzero(x) -> bool:
     """``x != 0`` for a Python number; True for a tensor (its value is not read: no host sync)."""
     return True if isinstance(x, torch.Tensor) else x != 0
@@ -187,7 +203,7 @@ class Spectra(torch.optim.Optimizer):
         TypeError: unknown keyword, or a non-floating/complex parameter.
 
     State: per parameter the base's buffers (fp32 for bf16/fp16 parameters, else the parameter dtype)
-    and ``step``; per group ``steps_taken`` (int, drives the
+    and ``step``; per group ``steps_taken`` (0-d int64 tensor on the CPU, drives the
     clip schedules) and ``skipped_steps`` (0-d int64 tensor). ``state_dict``/``load_state_dict`` resume
     exactly (fp32 state of bf16 parameters stays fp32).
     """
@@ -271,8 +287,10 @@ class Spectra(torch.optim.Optimizer):
         if group["peak_lr"] is None:
             lr = group["lr"]  # a tensor lr is read once here (construction, not a step)
             group["peak_lr"] = float(lr) if isinstance(lr, torch.Tensor) and lr.numel() == 1 else lr
-        group.setdefault("steps_taken", 0)
+        # a tensor, so that a compiled step does not specialise on its value (see _schedule_step)
+        group["steps_taken"] = _counter(group.get("steps_taken", 0))
         group.setdefault("skipped_steps", torch.zeros((), dtype=torch.int64))
+        group.setdefault("capturable", True)  # no host sync in the step; see _init_group
         self._validate(group)
         self._take_sharded_path(group)
 
@@ -382,6 +400,8 @@ class Spectra(torch.optim.Optimizer):
                 }
         for g in self.param_groups:
             g["skipped_steps"] = g["skipped_steps"].clone()
+            g.setdefault("capturable", True)
+            g["steps_taken"] = _counter(g.get("steps_taken", 0))
             self._validate(g)
 
     def _from_torch_adamw(self, state_dict: dict) -> dict:
@@ -558,6 +578,54 @@ class Spectra(torch.optim.Optimizer):
             return update_scale(group["scale"], group["post"], *shape)
         return group["scale"] if not isinstance(group["scale"], str) else 1.0
 
+    def _init_group(self, group: dict) -> None:
+        """Create the missing states of the group's parameters that have a gradient (``base.init_state``).
+
+        Under ``torch.compile`` this method (torch's name for the state set-up of an optimizer) runs eagerly
+        while the step is traced, as for ``torch.optim`` optimizers: the traced step then sees the states
+        already created, so the compiled graph of the first step is also the graph of every later step (no
+        recompilation on the second call). Every group carries ``capturable = True`` (torch's flag for a step
+        without host synchronisation, which this step is) for the same reason: ``torch.compile`` sets it to True
+        in the groups of an optimizer it traces, and a changed group would invalidate the first graph."""
+        base = BASES[group["base"]]
+        matrices = set()
+        for p in group["params"]:
+            if p.grad is not None and p.numel() > 0:
+                self._state(p, base)
+                if p.ndim >= 2:
+                    matrices.add((p.device, state_dtype(p.dtype)))
+        for dev, wdt in matrices:
+            self._warm_transforms(group, dev, wdt)
+
+    def _warm_transforms(self, group: dict, device: torch.device, dtype: torch.dtype) -> None:
+        """Run the group's matrix post-/pre-transforms once on a small matrix of the work ``dtype`` on
+        ``device`` (once per optimizer and setting): the iterative transforms compute their coefficient tables
+        on the host at their first call and cache them, and a first call traced by ``torch.compile`` would
+        break its graph there (a host read of a tensor value)."""
+        post_dtype = self._compute_dtype(group, device)
+        stages = [(group["post"], post_kwargs(group, group["post"]))]
+        if group["pre_c"] is not None:
+            stages.append((group["pre"], {}))
+        warmed = self.__dict__.setdefault("_warmed", set())
+        for name, kwargs in stages:
+            fn = POST_TRANSFORMS[name]
+            key = (name, tuple(sorted(kwargs.items())), group["post_steps"], post_dtype, str(device), dtype)
+            if fn is None or key in warmed:
+                continue
+            warmed.add(key)
+            x = torch.linspace(-1.0, 1.0, 6, dtype=dtype, device=device).reshape(1, 2, 3)
+            for u in (x, x.mT.contiguous()):
+                fn(u, float(group["c"]), group["post_steps"], post_dtype, **kwargs)
+
+    def _compute_dtype(self, group: dict, device: torch.device) -> torch.dtype | None:
+        """Compute dtype of the group's iterative transforms on ``device``: ``post_dtype``, except that
+        bfloat16 falls back to the work dtype (None) where bf16 matmuls are emulated, unless the preset keeps
+        published bf16 arithmetic (``exact_bf16``)."""
+        post_dtype = None if group["post_dtype"] is None else _DTYPES[group["post_dtype"]]
+        if post_dtype == torch.bfloat16 and not self.exact_bf16 and not bf16_matmul_fast(device):
+            return None
+        return post_dtype
+
     def _state(self, p: torch.Tensor, base) -> dict:
         state = self.state[p]
         if not state:
@@ -584,6 +652,8 @@ class Spectra(torch.optim.Optimizer):
                              "(nn.Embedding(sparse=False)) or a sparse optimizer such as torch.optim.SparseAdam")
         for i, group in enumerate(self.param_groups):
             self._check_step_hyperparameters(i, group)
+        for group in self.param_groups:
+            self._init_group(group)
         ok = self._finite_flag(grads)
         for group in self.param_groups:  # tensor hyperparameters (a tensor lr): folded in, never read
             ok = ok * self._tensor_hyper_flag(group, ok.device)
@@ -624,16 +694,30 @@ class Spectra(torch.optim.Optimizer):
         lr = lr.detach().to(device=device, dtype=torch.float32, non_blocking=True)
         return (torch.isfinite(lr) & (lr >= 0)).float()
 
+    @staticmethod
+    def _schedule_step(group: dict) -> int:
+        """The step index ``k`` for the group's clip schedules: ``int(steps_taken)`` when a schedule in use
+        depends on it (an ``inverse_lr`` warm-up with ``warmup_steps > 0``, or a decay), else
+        ``warmup_steps`` (where such a schedule is constant, ``c_k = c``), so that the counter is not read:
+        a compiled step then neither specialises on it nor breaks its graph. Reading it costs no device sync
+        (the counter lives on the CPU); under ``torch.compile`` it is one graph break per group and step."""
+        matrix_clip = POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"]
+        scheds = ([group["c_schedule"]] if matrix_clip else []) + (
+            [group["pre_c_schedule"]] if group["pre_c"] is not None else [])
+        if any((s["warmup"] == "inverse_lr" and group["warmup_steps"] > 0) or s["decay"] is not None
+               for s in scheds):
+            return int(group["steps_taken"])
+        return group["warmup_steps"]
+
     def _step_group(self, group: dict, ok: torch.Tensor) -> None:
         base = BASES[group["base"]]
-        k, lr = group["steps_taken"], group["lr"]
+        k, lr = self._schedule_step(group), group["lr"]
         # the warm-up rule c_k = c peak_lr / lr_k needs lr_k's value: a tensor lr is read during warm-up only
         lr_c = float(lr) if isinstance(lr, torch.Tensor) and k < group["warmup_steps"] else lr
         if isinstance(lr, torch.Tensor):  # a bad value skips the step (_tensor_hyper_flag); keep 0 * lr finite
             lr = torch.nan_to_num(lr.detach(), nan=0.0, posinf=0.0, neginf=0.0).clamp_min(0.0)
         c_k = clip_threshold(group["c"], k, lr_c, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
         pre_c = group["pre_c"]
-        post_dtype = None if group["post_dtype"] is None else _DTYPES[group["post_dtype"]]
         pre_c_k = (
             None
             if pre_c is None
@@ -649,15 +733,17 @@ class Spectra(torch.optim.Optimizer):
             buf = views = w = load = store = pre = res = upd = deltas = None
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
             # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
-            pdt = post_dtype
-            if post_dtype == torch.bfloat16 and not self.exact_bf16 and not bf16_matmul_fast(dev):
-                pdt = None
+            pdt = self._compute_dtype(group, dev)
             per_tensor = self._per_tensor(dev)
             ok_d = ok.to(device=dev, dtype=wdt, non_blocking=True)
             grads = [p.grad for p in params]
             if kind == "matrix":
                 buf = torch.empty((len(params), *shape), dtype=wdt, device=dev)
                 views = [v.view(p.shape) for v, p in zip(buf.unbind(0), params)]
+            elif _separate_work(group, base, per_tensor, pre_c_k, params, wdt):
+                # traced: one work tensor per parameter (writes to views of one buffer are copies of the
+                # whole buffer after functionalization); the element-wise chain below never uses ``buf``
+                buf, views = None, [torch.empty(p.shape, dtype=wdt, device=dev) for p in params]
             else:
                 sizes = [p.numel() for p in params]
                 buf = torch.empty(sum(sizes), dtype=wdt, device=dev)

@@ -66,6 +66,18 @@ def test_nanogpt_style(data_env):
     assert len(re.findall(r"max \|\|U\|\|_2", out)) == 3
 
 
+@pytest.mark.soak
+def test_nanogpt_style_compiled_matches_eager(data_env):
+    """``--compile`` (aot_eager: no code generation, so the trace is what is tested, in reasonable time on a
+    CPU) gives the eager losses."""
+    env, data = data_env
+    args = [sys.executable, "examples/nanogpt_style.py", "--steps", "3", "--warmup", "0", "--diagnostics-every",
+            "1000", *data]
+    eager = losses(run(args, env))
+    compiled = losses(run([*args, "--compile", "--compile-backend", "aot_eager"], env, timeout=1200))
+    assert len(compiled) == 2 and compiled == pytest.approx(eager, abs=1e-4)
+
+
 @needs("lightning")
 def test_lightning_module_matches_the_plain_loop(data_env):
     env, data = data_env
@@ -76,6 +88,15 @@ def test_lightning_module_matches_the_plain_loop(data_env):
     assert final == pytest.approx(losses(plain)[-1], abs=1e-4)  # same model, data, optimizer and schedule
     diag = re.findall(r"step \d+: max .*", out)
     assert diag and set(diag) <= set(re.findall(r"step \d+: max .*", plain))
+
+
+@pytest.mark.soak
+@needs("lightning")
+def test_lightning_module_compiled(data_env):
+    env, data = data_env
+    out = run([sys.executable, "examples/lightning_module.py", "--steps", "3", "--compile", "--compile-backend",
+               "aot_eager", *data], env, timeout=1200)
+    assert 0 < float(re.search(r"final loss ([0-9.]+)", out).group(1)) < 10
 
 
 @needs("transformers")
@@ -105,6 +126,16 @@ def launch(args, env, nproc, timeout=300):
             p.kill()
             p.communicate()
     return subprocess.CompletedProcess(args, procs[0].returncode, *outs[0]), [p.returncode for p in procs]
+
+
+@pytest.mark.soak
+@needs("transformers")
+@needs("accelerate")
+def test_hf_trainer_compiled(data_env):
+    env, data = data_env
+    out = run([sys.executable, "examples/hf_trainer.py", "--steps", "3", "--warmup", "0", "--compile",
+               "--compile-backend", "aot_eager", *data], env, timeout=1200)
+    assert 0 < float(re.search(r"final train loss ([0-9.]+)", out).group(1)) < 10
 
 
 @pytest.mark.distributed
