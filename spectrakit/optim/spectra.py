@@ -615,7 +615,7 @@ class Spectra(torch.optim.Optimizer):
             warmed.add(key)
             x = torch.linspace(-1.0, 1.0, 6, dtype=dtype, device=device).reshape(1, 2, 3)
             for u in (x, x.mT.contiguous()):
-                fn(u, float(group["c"]), group["post_steps"], post_dtype, **kwargs)
+                fn(u, 1.0, group["post_steps"], post_dtype, **kwargs)  # the tables do not depend on c (inf: off)
 
     def _compute_dtype(self, group: dict, device: torch.device) -> torch.dtype | None:
         """Compute dtype of the group's iterative transforms on ``device``: ``post_dtype``, except that
