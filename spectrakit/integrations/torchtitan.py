@@ -117,12 +117,15 @@ def _materialize_state(opt: Spectra, init_optim_state) -> None:
     """Create the empty state of ``opt`` with torchtitan's ``init_optim_state`` (one step with zero gradients at
     ``lr = 0``: parameters and moments unchanged), then undo that step's counting: the per-group ``steps_taken``
     and ``skipped_steps`` get their earlier values back and each new per-parameter ``step`` is 0."""
-    before = [(g["steps_taken"], g["skipped_steps"].clone()) for g in opt.param_groups]
+    before = [(torch.as_tensor(g["steps_taken"]).clone(), g["skipped_steps"].clone()) for g in opt.param_groups]
     init_optim_state(opt)
     if not opt.state:  # torchtitan left it alone (a gradient was set)
         return
     for group, (steps, skipped) in zip(opt.param_groups, before):
-        group["steps_taken"] = steps
+        if isinstance(group["steps_taken"], torch.Tensor):  # a 0-d CPU counter, kept in place
+            group["steps_taken"].copy_(steps)
+        else:
+            group["steps_taken"] = int(steps)
         group["skipped_steps"].copy_(skipped)
     for state in opt.state.values():
         if isinstance(state.get("step"), torch.Tensor):

@@ -207,9 +207,10 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
         if fn is None:
             continue
 
-        def counting(U, *args, fn=fn):
-            counts["matrices"] += U.shape[0]
-            return fn(U, *args)
+        def counting(U, *args, fn=fn, **kwargs):
+            if U.shape[-2:] not in ((2, 3), (3, 2)):  # not the optimizer's one-time warm-up of its tables
+                counts["matrices"] += U.shape[0]
+            return fn(U, *args, **kwargs)
 
         wrapped[name] = counting
     T.POST_TRANSFORMS.update(wrapped)
