@@ -1,0 +1,120 @@
+"""Workers for FSDP2 x tensor parallel (2-D and 3-D meshes), run by ``run_workers``; not collected by pytest.
+
+A tiny LLaMA with the usual tensor-parallel plan on the MLP (gate/up Colwise, down Rowwise), the embedding
+(Rowwise on the vocabulary) and the head (Colwise, logits gathered); attention and norms stay replicated on
+the tensor-parallel mesh dim, so the step sees (_StridedShard/Shard, Shard) blocks, one-dim shards and
+replicated matrices together. Vocabulary 66 and MLP width 40 give uneven shards.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from spectrakit.models.llama import Llama, LlamaConfig
+
+CFG = dict(vocab_size=66, dim=16, n_layers=2, n_heads=2, mlp_hidden=40, max_seq_len=8)
+STEPS = 20
+GLOBAL_BATCH = 4
+
+# fp32 post-transforms throughout (Muon's published bf16 iteration amplifies the summation-order rounding of
+# a sharded forward, see workers.OPT_KW); SpectraSignum's pre-clip goes through the same block exchange
+OPT_KW = {"SpectraAdamW": dict(lr=1e-2, c=0.5),
+          "SpectraSignum": dict(lr=1e-2, c=1.0, pre_c=0.05, pre="soft_clip_exact"),
+          "Muon": dict(lr=2e-2, post_dtype="float32"),
+          "Spectra": dict(lr=1e-2, base="adamw", post="spectral_lmo", c=1.0)}
+
+
+def make_llama(seed: int = 0) -> Llama:
+    torch.manual_seed(seed)
+    return Llama(LlamaConfig(**CFG))
+
+
+def batch(step: int):
+    g = torch.Generator().manual_seed(500 + step)
+    idx = torch.randint(0, CFG["vocab_size"], (GLOBAL_BATCH, CFG["max_seq_len"] + 1), generator=g)
+    return idx[:, :-1], idx[:, 1:]
+
+
+def train_steps(model, opt, s0: int, s1: int, dp_rank: int = 0, dp: int = 1) -> None:
+    for s in range(s0, s1):
+        x, y = batch(s)
+        x, y = x.chunk(dp)[dp_rank], y.chunk(dp)[dp_rank]
+        opt.zero_grad()
+        model(x, y)[1].backward()
+        opt.step()
+
+
+def tp_fsdp_wrap(model: Llama, mesh):
+    """The tensor-parallel plan on ``mesh["tp"]``, then FSDP2 on the data-parallel dims (``"dp"``, or
+    ``("rep", "dp")`` as HSDP on a 3-D mesh)."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = {"embed": RowwiseParallel(input_layouts=Replicate()),
+            "head": ColwiseParallel(output_layouts=Replicate())}
+    for i in range(len(model.blocks)):
+        plan.update({f"blocks.{i}.mlp.gate_proj": ColwiseParallel(), f"blocks.{i}.mlp.up_proj": ColwiseParallel(),
+                     f"blocks.{i}.mlp.down_proj": RowwiseParallel()})
+    parallelize_module(model, mesh["tp"], plan)
+    dp_mesh = mesh["rep", "dp"] if "rep" in mesh.mesh_dim_names else mesh["dp"]
+    for block in model.blocks:
+        fully_shard(block, mesh=dp_mesh)
+    fully_shard(model, mesh=dp_mesh)
+    return model
+
+
+def full_params(model) -> dict:
+    return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+            for n, p in model.named_parameters()}
+
+
+def _dp_coord(mesh) -> tuple[int, int]:
+    """(this rank's data-parallel index, data-parallel degree) over all data-parallel mesh dims."""
+    names = [n for n in mesh.mesh_dim_names if n != "tp"]
+    idx, size = 0, 1
+    for n in names:
+        idx = idx * mesh[n].size() + mesh[n].get_local_rank()
+        size *= mesh[n].size()
+    return idx, size
+
+
+def tp_suite(rank: int, ws: int, shape: tuple, names: tuple = tuple(OPT_KW)) -> dict:
+    """Train every optimizer of ``names`` for STEPS steps on a mesh of ``shape`` (``(dp, tp)`` or
+    ``(rep, dp, tp)``) with the PLAIN presets (they must take the sharded path themselves)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import spectrakit.optim as O
+    from spectrakit.optim.sharding.layout import layout_of
+    from spectrakit.optim.sharding.optimizer import ShardedSpectraMixin
+
+    dims = ("dp", "tp") if len(shape) == 2 else ("rep", "dp", "tp")
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=dims)
+    dp_rank, dp = _dp_coord(mesh)
+    res: dict = {}
+    for name in names:
+        model = tp_fsdp_wrap(make_llama(), mesh)
+        opt = getattr(O, name)(model.parameters(), **OPT_KW[name])
+        train_steps(model, opt, 0, STEPS, dp_rank, dp)
+        res[name] = full_params(model)
+        res[(name, "sharded_path")] = isinstance(opt, ShardedSpectraMixin)
+    res["layouts"] = {n: (str(tuple(p.placements)), layout_of(p, n).kind)
+                      for n, p in model.named_parameters()}
+    # the local tensor of every parameter is the block the layout computes
+    from spectrakit.optim.sharding.blocks import block_ranges, placement_spec
+
+    ok = {}
+    full = full_params(model)
+    coord = tuple(mesh.get_coordinate())
+    for n, p in model.named_parameters():
+        ranges = block_ranges(tuple(p.shape), placement_spec(p.placements, p.ndim), tuple(mesh.mesh.shape)
+                              if p.device_mesh.ndim == mesh.ndim else tuple(p.device_mesh.mesh.shape),
+                              coord if p.device_mesh.ndim == mesh.ndim else tuple(p.device_mesh.get_coordinate()))
+        idx = [torch.cat([torch.arange(a, b) for a, b in r]) if r else torch.empty(0, dtype=torch.long)
+               for r in ranges]
+        expect = full[n][torch.meshgrid(*idx, indexing="ij")] if p.ndim > 1 else full[n][idx[0]]
+        ok[n] = torch.equal(expect, p.to_local())
+    res["blocks_match_local"] = ok
+    dist.barrier()
+    return res
