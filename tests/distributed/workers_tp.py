@@ -25,9 +25,16 @@ OPT_KW = {"SpectraAdamW": dict(lr=1e-2, c=0.5),
           "Spectra": dict(lr=1e-2, base="adamw", post="spectral_lmo", c=1.0)}
 
 
-def make_llama(seed: int = 0) -> Llama:
+# SpectraSignum's update is a function of signs only: a 1e-7 relative perturbation of the fp32 gradients
+# (the summation order of a sharded forward) flips signs of near-zero momentum entries and moves the
+# parameters by ~0.1 within 20 steps, with or without sharding (measured); it is compared in float64, where
+# the sharded run must match exactly to rounding
+DTYPE = {"SpectraSignum": torch.float64}
+
+
+def make_llama(seed: int = 0, dtype=torch.float32) -> Llama:
     torch.manual_seed(seed)
-    return Llama(LlamaConfig(**CFG))
+    return Llama(LlamaConfig(**CFG)).to(dtype)
 
 
 def batch(step: int):
@@ -94,7 +101,7 @@ def tp_suite(rank: int, ws: int, shape: tuple, names: tuple = tuple(OPT_KW)) -> 
     dp_rank, dp = _dp_coord(mesh)
     res: dict = {}
     for name in names:
-        model = tp_fsdp_wrap(make_llama(), mesh)
+        model = tp_fsdp_wrap(make_llama(dtype=DTYPE.get(name, torch.float32)), mesh)
         opt = getattr(O, name)(model.parameters(), **OPT_KW[name])
         train_steps(model, opt, 0, STEPS, dp_rank, dp)
         res[name] = full_params(model)
@@ -116,5 +123,49 @@ def tp_suite(rank: int, ws: int, shape: tuple, names: tuple = tuple(OPT_KW)) -> 
         expect = full[n][torch.meshgrid(*idx, indexing="ij")] if p.ndim > 1 else full[n][idx[0]]
         ok[n] = torch.equal(expect, p.to_local())
     res["blocks_match_local"] = ok
+    dist.barrier()
+    return res
+
+
+def _mesh(shape: tuple):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dims = ("dp", "tp") if len(shape) == 2 else ("rep", "dp", "tp")
+    return init_device_mesh("cpu", shape, mesh_dim_names=dims)
+
+
+def full_state(opt, model) -> dict:
+    """Every optimizer state tensor, whole, by parameter name (plus the param groups' step counters)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    out = {}
+    for p, st in opt.state.items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                out[(names[id(p)], k)] = (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+    out["steps_taken"] = [g["steps_taken"] for g in opt.param_groups]
+    return out
+
+
+CKPT_OPT = "SpectraAdamW"
+
+
+def ckpt_suite(rank: int, ws: int, shape: tuple, load_from: str | None, save_to: str, s0: int, s1: int) -> dict:
+    """On a mesh of ``shape``: build, load ``load_from`` (if given; the model starts from another init so
+    the load must overwrite it), record the loaded state, train steps ``s0..s1``, save to ``save_to``."""
+    import spectrakit.optim as O
+    from spectrakit.distributed.checkpoint import load_checkpoint, save_checkpoint
+
+    mesh = _mesh(shape)
+    dp_rank, dp = _dp_coord(mesh)
+    model = tp_fsdp_wrap(make_llama(seed=0 if load_from is None else 1), mesh)
+    opt = getattr(O, CKPT_OPT)(model.parameters(), **OPT_KW[CKPT_OPT])
+    res: dict = {}
+    if load_from is not None:
+        extra = load_checkpoint(load_from, model, opt, extra={"step": torch.tensor(0)})
+        res["loaded_step"] = int(extra["step"])
+        res["loaded_params"], res["loaded_state"] = full_params(model), full_state(opt, model)
+    train_steps(model, opt, s0, s1, dp_rank, dp)
+    save_checkpoint(save_to, model, opt, extra={"step": torch.tensor(s1)})
+    res["saved_params"], res["saved_state"] = full_params(model), full_state(opt, model)
     dist.barrier()
     return res
