@@ -115,3 +115,13 @@ def test_checkpoint_reshards_across_mesh_shapes(tp, tmp_path):
     ref = tp.make_llama()
     tp.train_steps(ref, cls(ref.parameters(), **kw), 0, 24)
     _close(c[0]["saved_params"], {n: p.detach() for n, p in ref.named_parameters()}, 1e-5, "after 24 steps")
+
+
+def test_exchange_bytes_match_cost_model(tp_results):
+    from spectrakit.distributed.cost_model import mesh_exchange
+
+    shape, res = tp_results
+    pred = mesh_exchange(res[0]["specs"], shape)
+    measured = [out["bytes"] for out in res]
+    assert measured == pred["sent"], (measured, pred["sent"])
+    assert all(out["specs"] == res[0]["specs"] for out in res)

@@ -108,6 +108,7 @@ def tp_suite(rank: int, ws: int, shape: tuple, names: tuple = tuple(OPT_KW)) -> 
         res[(name, "sharded_path")] = isinstance(opt, ShardedSpectraMixin)
     res["layouts"] = {n: (str(tuple(p.placements)), layout_of(p, n).kind)
                       for n, p in model.named_parameters()}
+    res["bytes"], res["specs"] = exchange_bytes(mesh)
     # the local tensor of every parameter is the block the layout computes
     from spectrakit.optim.sharding.blocks import block_ranges, placement_spec
 
@@ -125,6 +126,59 @@ def tp_suite(rank: int, ws: int, shape: tuple, names: tuple = tuple(OPT_KW)) -> 
     res["blocks_match_local"] = ok
     dist.barrier()
     return res
+
+
+def mesh_specs(model, mesh) -> list[tuple]:
+    """``(global shape, placement spec on the whole mesh)`` of every matrix parameter, in order (a DTensor
+    on a sub-mesh, such as FSDP2-only parameters on ``mesh["dp"]``, is Replicate on the other mesh dims)."""
+    from spectrakit.optim.sharding.blocks import placement_spec
+
+    out = []
+    for p in model.parameters():
+        if p.ndim < 2:
+            continue
+        spec = [("r", -1, 1)] * mesh.ndim
+        sub = placement_spec(p.placements, p.ndim)
+        for name, entry in zip(p.device_mesh.mesh_dim_names, sub):
+            spec[mesh.mesh_dim_names.index(name)] = entry
+        out.append((tuple(p.shape), tuple(spec)))
+    return out
+
+
+def exchange_bytes(mesh, steps: int = 2) -> tuple[int, list]:
+    """Bytes this rank hands to the exchange's collectives in step ``steps`` (a steady step) of
+    SpectraAdamW (no pre-clip), and the matrices' specs for the cost model."""
+    import spectrakit.optim as O
+    import spectrakit.optim.sharding.exchange as ex
+
+    dp_rank, dp = _dp_coord(mesh)
+    model = tp_fsdp_wrap(make_llama(), mesh)
+    opt = O.SpectraAdamW(model.parameters(), **OPT_KW["SpectraAdamW"])
+    sent = [0]
+    orig = (dist.all_to_all_single, ex._all_gather_flat, dist.broadcast)
+
+    def a2a(out, inp, out_split, in_split, group=None):
+        sent[0] += (sum(in_split) - in_split[dist.get_rank(group)]) * inp.element_size()
+        return orig[0](out, inp, out_split, in_split, group=group)
+
+    def ag(out, inp, group=None):
+        sent[0] += (dist.get_world_size(group) - 1) * inp.numel() * inp.element_size()
+        return orig[1](out, inp, group=group)
+
+    def bc(buf, src, group=None, async_op=False):
+        sent[0] += buf.numel() * buf.element_size()
+        return orig[2](buf, src=src, group=group, async_op=async_op)
+
+    train_steps(model, opt, 0, steps - 1, dp_rank, dp)
+    x, y = batch(steps - 1)
+    opt.zero_grad()
+    model(x.chunk(dp)[dp_rank], y.chunk(dp)[dp_rank])[1].backward()
+    dist.all_to_all_single, ex._all_gather_flat, dist.broadcast = a2a, ag, bc
+    try:
+        opt.step()
+    finally:
+        dist.all_to_all_single, ex._all_gather_flat, dist.broadcast = orig
+    return sent[0], mesh_specs(model, mesh)
 
 
 def _mesh(shape: tuple):
