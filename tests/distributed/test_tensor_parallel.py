@@ -5,7 +5,8 @@ the PLAIN presets SpectraAdamW, SpectraSignum, Muon and a Frank-Wolfe post (``sp
 
 Precision: parameters within 1e-5 of the one-process run (float32; the tensor-parallel forward sums in
 another order), SpectraSignum in float64 within 1e-10 (its sign-based update turns float32 rounding into
-sign flips, see workers_tp.DTYPE); every rank holds the same numbers bit for bit.
+sign flips, see workers_tp.DTYPE); every rank holds the same numbers bit for bit. The Frank-Wolfe run also
+pre-clips the raw gradient through the block exchange.
 
 Each launch starts 2-4 processes and trains several optimizers (minutes on a loaded 2-core machine):
 soak tier."""
