@@ -107,7 +107,9 @@ class ShardedSpectraMixin:
                                          "the whole vector and is not supported under FSDP2; set "
                                          "vector_clip=False for this group")
                     if group["base"] in _NEEDS_WHOLE_TENSOR:
-                        raise ValueError(f"{name} is sharded (placements {tuple(p.placements)}): "
+                        how = (f"Shard({layout.shard_dim})" if layout.kind == "sharded"
+                               else f"placements {tuple(p.placements)}")
+                        raise ValueError(f"{name} is sharded ({how}): "
                                          f"base={group['base']!r} is not supported under FSDP2 "
                                          f"({_NEEDS_WHOLE_TENSOR[group['base']]}); wrap the model with DDP "
                                          "(replicated parameters) or choose another base for this group")
