@@ -4,14 +4,15 @@ data-parallel ranks, and a plain SPECTRA preset on the resulting 2-D DTensors; c
 ``torch.distributed.checkpoint`` that resume on another mesh shape.
 
     torchrun --standalone --nproc_per_node=4 examples/fsdp2_tp_torchrun.py --dp 2 --tp 2 --steps 200 --ckpt /tmp/ck
-    torchrun --standalone --nproc_per_node=4 examples/fsdp2_tp_torchrun.py --dp 4 --tp 1 --steps 400 --ckpt /tmp/ck \\
+    torchrun --standalone --nproc_per_node=2 examples/fsdp2_tp_torchrun.py --dp 2 --tp 1 --steps 400 --ckpt /tmp/ck \\
         --resume
 
 The preset notices the DTensor parameters and takes the sharded step: each matrix is gathered on one owner
 rank across both mesh dims (one all-to-all), clipped there, and the owner's result goes back to the shards
 (a second all-to-all), so the update equals single-process SPECTRA. The attention projections stay whole on
 the tensor-parallel ranks (this small model's attention reshapes by the full width); the tensor-parallel ranks
-of a data-parallel group read the same batches.
+of a data-parallel group read the same batches. The batches depend on the number of data-parallel ranks
+(``--batch-size`` is per rank), so a run resumed with another ``--dp`` continues on other data.
 """
 
 import argparse
