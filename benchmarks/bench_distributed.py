@@ -6,9 +6,13 @@ Three tables, written to docs/BENCHMARKS.md under ``distributed-<device>``:
    initialized 1-rank group): the overhead of the distributed code path (target <= 2% on a GPU);
 2. W processes (gloo on CPU, NCCL with one GPU per rank when W GPUs exist): optimizer step time with every
    rank repeating the spectral work (plain preset under DDP) vs the sharded preset under DDP and FSDP2;
-3. the cost-model simulation (per-rank spectral GFLOP and exchange MB) for LLaMA 1B/7B at 8/64/512 ranks.
+3. the cost-model simulation (per-rank spectral GFLOP and exchange MB) for LLaMA 1B/7B at 8/64/512 ranks;
+4. ``--meshes 1x2,2x2,4x1`` (section ``distributed-mesh-<device>``, alone with ``--mesh-only``): FSDP2 x tensor
+   parallel on gloo, a LLaMA with tensor-parallel MLPs, embedding and head: ``opt.step()`` time per rank and
+   the bytes each rank hands to the exchange's collectives, against ``cost_model.mesh_exchange``.
 
-Usage: ``python benchmarks/bench_distributed.py [--device cuda] [--d 1024] [--layers 8] [--world-size 2]``.
+Usage: ``python benchmarks/bench_distributed.py [--device cuda] [--d 1024] [--layers 8] [--world-size 2]
+[--meshes 1x2,2x2,4x1 [--mesh-only]]``.
 """
 
 from __future__ import annotations
@@ -176,6 +180,103 @@ def multi_table(device, d, layers, reps, world_size) -> list[dict]:
     return rows
 
 
+def _tp_llama(d: int, layers: int, mesh):
+    """A LLaMA (vocabulary 512) with the tensor-parallel plan of examples/fsdp2_tp_torchrun.py on
+    ``mesh["tp"]`` and FSDP2 on ``mesh["dp"]``."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from spectrakit.models.llama import Llama, LlamaConfig
+
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(vocab_size=512, dim=d, n_layers=layers, n_heads=4, max_seq_len=64))
+    plan = {"embed": RowwiseParallel(input_layouts=Replicate()), "head": ColwiseParallel(output_layouts=Replicate())}
+    for i in range(layers):
+        plan.update({f"blocks.{i}.mlp.gate_proj": ColwiseParallel(), f"blocks.{i}.mlp.up_proj": ColwiseParallel(),
+                     f"blocks.{i}.mlp.down_proj": RowwiseParallel()})
+    parallelize_module(model, mesh["tp"], plan)
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    return model
+
+
+def _mesh_worker(rank, ws, shape, d, layers, reps):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import spectrakit.optim as O
+    import spectrakit.optim.sharding.exchange as ex
+    from spectrakit.optim.sharding.blocks import placement_spec
+
+    mesh = init_device_mesh("cpu", shape, mesh_dim_names=("dp", "tp"))
+    model = _tp_llama(d, layers, mesh)
+    opt = O.SpectraAdamW(model.parameters(), lr=1e-3, c=1.0)
+    g = torch.Generator().manual_seed(mesh["dp"].get_local_rank())
+    x = torch.randint(0, 512, (4, 64), generator=g)
+    model(x, x)[1].backward()
+    opt.step()  # the first step plans the owners
+    sent = [0]
+    orig = (dist.all_to_all_single, ex._all_gather_flat, dist.broadcast)
+
+    def a2a(out, inp, out_split, in_split, group=None):
+        sent[0] += (sum(in_split) - in_split[dist.get_rank(group)]) * inp.element_size()
+        return orig[0](out, inp, out_split, in_split, group=group)
+
+    def ag(out, inp, group=None):
+        sent[0] += (dist.get_world_size(group) - 1) * inp.numel() * inp.element_size()
+        return orig[1](out, inp, group=group)
+
+    def bc(buf, src, group=None, async_op=False):
+        sent[0] += buf.numel() * buf.element_size()
+        return orig[2](buf, src=src, group=group, async_op=async_op)
+
+    dist.all_to_all_single, ex._all_gather_flat, dist.broadcast = a2a, ag, bc
+    try:
+        opt.step()
+    finally:
+        dist.all_to_all_single, ex._all_gather_flat, dist.broadcast = orig
+    times = []
+    for _ in range(reps):
+        dist.barrier()
+        t = time.perf_counter()
+        opt.step()
+        times.append(time.perf_counter() - t)
+    specs = []
+    for p in model.parameters():
+        if p.ndim >= 2:
+            spec = [("r", -1, 1)] * mesh.ndim
+            for n, e in zip(p.device_mesh.mesh_dim_names, placement_spec(p.placements, p.ndim)):
+                spec[mesh.mesh_dim_names.index(n)] = e
+            specs.append((tuple(p.shape), tuple(spec)))
+    dist.barrier()
+    return {"sent": sent[0], "ms": 1e3 * sorted(times)[len(times) // 2], "specs": specs}
+
+
+def mesh_table(meshes, d: int, layers: int, reps: int) -> list[dict]:
+    from spectrakit.distributed import run_workers
+    from spectrakit.distributed.cost_model import mesh_exchange
+
+    rows = []
+    for shape in meshes:
+        ws = shape[0] * shape[1]
+        res = run_workers(_mesh_worker, ws, args=(shape, d, layers, reps), timeout=1800, threads=1)
+        pred = mesh_exchange(res[0]["specs"], shape)
+        sent = [r["sent"] for r in res]
+        ms = [r["ms"] for r in res]
+        rows.append({"mesh dp x tp": f"{shape[0]}x{shape[1]}", "opt.step ms/rank (median; min..max over ranks)":
+                     f"{sorted(ms)[len(ms) // 2]:.1f} ({min(ms):.1f}..{max(ms):.1f})",
+                     "pred. GFLOP max/rank": pred["max_flops"] / 1e9,
+                     "pred. GFLOP ideal/rank": pred["ideal_flops"] / 1e9,
+                     "KB sent/rank measured (max)": max(sent) / 1024,
+                     "KB sent/rank predicted (max)": pred["max_sent"] / 1024,
+                     "measured / predicted bytes (every rank)": "; ".join(
+                         f"{a / b:.3f}" if b else ("1" if a == 0 else "inf") for a, b in zip(sent, pred["sent"])),
+                     "ms per predicted GFLOP (max rank)": max(ms) / max(pred["max_flops"] / 1e9, 1e-12)})
+    return rows
+
+
 def simulation_table() -> list[dict]:
     from spectrakit.distributed import simulate
 
@@ -194,8 +295,16 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=None, help="blocks (default 8 on CUDA, 2 on CPU)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--world-size", type=int, default=2, help="processes for table 2 (0: skip it)")
+    ap.add_argument("--meshes", default="", help="FSDP2 x TP meshes dp x tp for table 4, e.g. 1x2,2x2,4x1")
+    ap.add_argument("--mesh-only", action="store_true", help="run table 4 only")
     ap.add_argument("--no-write", action="store_true", help="print only, do not update docs/BENCHMARKS.md")
     args = ap.parse_args(argv)
+    try:
+        meshes = [tuple(int(v) for v in m.split("x")) for m in args.meshes.split(",") if m]
+        if any(len(m) != 2 or min(m) < 1 for m in meshes):
+            raise ValueError
+    except ValueError:
+        ap.error(f"--meshes must be a comma-separated list such as 1x2,2x2,4x1, got {args.meshes!r}")
     device = torch.device(args.device)
     d = args.d or (1024 if device.type == "cuda" else 256)
     layers = args.layers or (8 if device.type == "cuda" else 2)
@@ -206,6 +315,21 @@ def main(argv=None) -> int:
     head = (f"Device: {name} ({os.cpu_count()} CPU cores), torch {torch.__version__}, "
             f"{now:%Y-%m-%d %H:%M} UTC. Command: `{command_line()}`\n")
     t0 = time.time()
+    if meshes:
+        mesh_d, mesh_layers = args.d or 128, args.layers or 2
+        text = head + (f"\n**FSDP2 x tensor parallel** (gloo, one thread per process, LLaMA d={mesh_d}, "
+                       f"{mesh_layers} blocks, vocabulary 512; TP on MLP, embedding, head; SpectraAdamW "
+                       f"`opt.step()` median of {args.reps}; bytes = what each rank hands to the exchange's "
+                       "collectives in one steady step, against `cost_model.mesh_exchange`)\n\n"
+                       + markdown_table(mesh_table(meshes, mesh_d, mesh_layers, args.reps))
+                       + f"\n\n(table time {time.time() - t0:.0f} s, load average "
+                       f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end)\n")
+        print(text)
+        if not args.no_write:
+            write_section(f"distributed-mesh-{device.type}", text)
+        if args.mesh_only:
+            return 0
+        t0 = time.time()
     parts = [head, f"**World size 1: plain preset vs `sharded(preset)`** (LLaMA block shapes, d={d}, "
                    f"{layers} blocks, `opt.step()`, {3 * args.reps} interleaved repetitions)\n",
              markdown_table(overhead_table(device, d, layers, 3 * args.reps)),

@@ -16,6 +16,13 @@ M_j`` (elements owned by rank ``r``), ``s_{j,r}`` = elements of matrix ``j`` hel
   amount with the roles swapped; about ``2 (W-1)/W * sum_j M_j / W`` elements when chunks are even and
   the owned sizes balanced — a ``W/2``-th of the DDP exchange.
 
+- **FSDP2 x tensor parallel** (blocks over several mesh dims, :func:`mesh_exchange`): the same two
+  all-to-alls over the flattened sharding group of each matrix (the ``G`` ranks that differ only in its
+  sharding mesh dims), with ``s_{j,r}`` = elements of rank ``r``'s block (from the placements:
+  :func:`~spectrakit.optim.sharding.blocks.block_ranges`); owners are planned per group. A matrix sharded
+  on all ``W = dp * tp`` ranks moves ``2 (W-1)/W^2 M_j`` elements per rank, as FSDP2 alone on ``W`` ranks.
+  Per-rank work is the FLOPs of the matrices the rank owns.
+
 For reference the engines' own traffic per step: DDP all-reduce (ring) ``2 (W-1)/W * P * b`` for ``P``
 parameters; FSDP2 all-gather of parameters in forward and again in backward ``2 (W-1)/W * P * b`` plus the
 gradient reduce-scatter ``(W-1)/W * P * b``.
@@ -23,12 +30,14 @@ gradient reduce-scatter ``(W-1)/W * P * b``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from spectrakit._checks import check_choice, check_int
-from spectrakit.optim.sharding.assign import plan_batches, rank_loads, spectral_flops
+from spectrakit.optim.sharding.assign import matrix_dims, plan_batches, rank_loads, spectral_flops
+from spectrakit.optim.sharding.blocks import block_ranges, block_shape
 from spectrakit.optim.sharding.layout import chunk_sizes
 
 Shape = tuple[int, ...]
@@ -164,6 +173,109 @@ def exchange_bytes(shapes: Sequence[Shape], world_size: int, mode: str = "ddp", 
     return {"sent": [v * elem_bytes for v in sent], "max_sent": max(sent) * elem_bytes,
             "mean_sent": sum(sent) / W * elem_bytes, "method": method, "ideal": ideal * elem_bytes,
             "total_param_bytes": total * elem_bytes}
+
+
+def _groups(mesh_shape: Shape, dims: tuple[int, ...]) -> list[list[tuple[int, ...]]]:
+    """Mesh coordinates of each flattened sharding group over ``dims`` (row-major, as global ranks)."""
+    rest = [d for d in range(len(mesh_shape)) if d not in dims]
+    groups = []
+    for fixed in itertools.product(*(range(mesh_shape[d]) for d in rest)):
+        members = []
+        for var in itertools.product(*(range(mesh_shape[d]) for d in dims)):
+            c = [0] * len(mesh_shape)
+            for d, v in zip(rest, fixed):
+                c[d] = v
+            for d, v in zip(dims, var):
+                c[d] = v
+            members.append(tuple(c))
+        groups.append(members)
+    return groups
+
+
+def mesh_exchange(layouts: Sequence[tuple[Shape, tuple]], mesh_shape: Sequence[int], elem_bytes: int = 4,
+                  cost: Callable[[Shape], float] = spectral_flops) -> dict:
+    """Per-rank bytes sent and spectral FLOPs of one step for matrices laid out on an N-d device mesh.
+
+    Args:
+        layouts: ``(global_shape, spec)`` per matrix, in the order the optimizer meets them; ``spec`` is
+            :func:`~spectrakit.optim.sharding.blocks.placement_spec` of its placements (one entry per mesh
+            dim: ``("r", -1, 1)``, ``("s", d, 1)`` or ``("ss", d, split_factor)``).
+        mesh_shape: the device mesh's shape; ranks are numbered row-major over it (as ``init_device_mesh``).
+        elem_bytes: bytes per element, in [1, 16].
+        cost: FLOPs of one matrix (owners are balanced by it).
+
+    Returns:
+        dict with ``sent`` (bytes per rank, row-major), ``max_sent``, ``flops`` (per rank), ``max_flops``,
+        ``total_flops`` (every matrix once) and ``ideal_flops`` (``total / W``). Matrices replicated on
+        every sharding mesh dim are counted as the replicated (DDP) exchange over all ranks, with
+        ``"auto"``'s choice of all-gather or broadcasts.
+
+    Raises:
+        ValueError: a spec of the wrong length, a shape with fewer than 2 dims, bad ``elem_bytes``.
+    """
+    mesh_shape = tuple(int(v) for v in mesh_shape)
+    for n in mesh_shape:
+        check_int(n, "mesh_shape entries", low=1)
+    check_int(elem_bytes, "elem_bytes", low=1, high=16)
+    W = math.prod(mesh_shape)
+    strides = [math.prod(mesh_shape[d + 1:]) for d in range(len(mesh_shape))]
+
+    def rank_of(c):
+        return sum(v * s for v, s in zip(c, strides))
+
+    by_dims: dict[tuple, list[tuple[Shape, tuple]]] = {}
+    for shape, spec in layouts:
+        shape = tuple(int(v) for v in shape)
+        if len(spec) != len(mesh_shape):
+            raise ValueError(f"spec {spec} must have one entry per mesh dim ({len(mesh_shape)})")
+        matrix_dims(shape)
+        dims = tuple(m for m, (kind, _, _) in enumerate(spec) if kind != "r" and mesh_shape[m] > 1)
+        by_dims.setdefault(dims, []).append((shape, tuple(spec)))
+    sent, flops = [0] * W, [0.0] * W
+    for dims, mats in by_dims.items():
+        for members in _groups(mesh_shape, dims) if dims else [[tuple(c) for c in itertools.product(
+                *(range(n) for n in mesh_shape))]]:
+            G = len(members)
+            keys = list(dict.fromkeys(mats))  # same global shape and layout: one batch, first-seen order
+            batches = [(sum(1 for m in mats if m == k), k[0]) for k in keys]
+            owners = plan_batches(batches, G, cost)
+            for (shape, spec), ob in zip(keys, owners):
+                M = math.prod(shape)
+                per = [math.prod(block_shape(block_ranges(shape, spec, mesh_shape, c))) for c in members]
+                if not dims:  # replicated over the whole mesh: the DDP exchange of this batch
+                    per = [M] * G
+                for o in ob:
+                    flops[rank_of(members[o])] += cost(shape)
+                if not dims:
+                    owned = [ob.count(r) * M for r in range(G)]
+                    gather = (G - 1) * max(owned) <= 1.25 * sum(owned)
+                    for r in range(G):
+                        sent[rank_of(members[r])] += (G - 1) * max(owned) if gather else sum(owned)
+                    continue
+                for o in ob:
+                    for r in range(G):
+                        if r != o:
+                            sent[rank_of(members[r])] += per[r]      # phase 1: my block to the owner
+                    sent[rank_of(members[o])] += M - per[o]          # phase 2: the other blocks back
+    # a group repeated over Replicate mesh dims repeats the work: the FLOPs of every matrix counted once
+    total = float(sum(cost(tuple(int(v) for v in s)) for s, _ in layouts))
+    sent = [v * elem_bytes for v in sent]
+    return {"sent": sent, "max_sent": max(sent), "flops": flops, "max_flops": max(flops),
+            "total_flops": total, "ideal_flops": total / W}
+
+
+def tp_layouts(cfg: LlamaConfig, dp: int, tp: int, include_embeddings: bool = True) -> list[tuple[Shape, tuple]]:
+    """``(shape, spec)`` of every matrix of ``cfg`` under the usual FSDP2 x TP plan on a ``(dp, tp)`` mesh:
+    q, k, v, gate, up and the head Colwise (``(_StridedShard(0, tp), Shard(0))``), o and down Rowwise
+    (``(Shard(0), Shard(1))``), the embedding Rowwise on the vocabulary (``(_StridedShard(0, tp), Shard(0))``).
+    Raises ``ValueError`` for ``dp`` or ``tp`` below 1."""
+    check_int(dp, "dp", low=1)
+    check_int(tp, "tp", low=1)
+    col, row = (("ss", 0, tp), ("s", 0, 1)), (("s", 0, 1), ("s", 1, 1))
+    out = []
+    for name, shape in cfg.matrix_shapes(include_embeddings):
+        out.append((shape, row if name.endswith(("wo", "w_down")) else col))
+    return out
 
 
 def engine_bytes(num_params: int, world_size: int, mode: str = "ddp", elem_bytes: int = 4) -> float:

@@ -90,7 +90,6 @@ def test_nonfinite_gradient_on_one_rank_skips_everywhere(optim_results):
 
 @pytest.mark.parametrize("key, expected", [
     ("partial", "unsupported DTensor placement Partial"),
-    ("two_mesh_dims", "DTensor sharded on 2 mesh dims"),
     ("vector_clip", "sharded 1-D parameter: vector_clip needs the norm of the whole vector"),
     ("mars", "base='mars' is not supported under FSDP2"),
     ("bad_exchange", "replicated_exchange must be one of"),
@@ -99,6 +98,11 @@ def test_nonfinite_gradient_on_one_rank_skips_everywhere(optim_results):
 def test_unsupported_layouts_and_options_raise(optim_results, key, expected):
     msg = optim_results[0]["errors"][key]
     assert msg is not None and expected in msg, msg
+
+
+def test_two_sharded_mesh_dims_accepted(optim_results):
+    # (Shard(0), Shard(1)) on a (W, 1) mesh: no longer refused (the size-1 mesh dim holds the whole tensor)
+    assert optim_results[0]["errors"]["two_mesh_dims"] is None
 
 
 def test_pre_clip_and_matrix_vector_clip_accepted_on_shards(optim_results):

@@ -172,3 +172,27 @@ def test_fsdp2_torchrun_resumes_exactly(data_env, tmp_path):
     proc, _ = launch([*script, "--ckpt", ckpt, "--resume"], env, 1)
     assert proc.returncode != 0 and "refused, never executed" in proc.stderr
     assert not marker.exists()
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_fsdp2_tp_torchrun_resumes_on_another_mesh(data_env, tmp_path):
+    """--dp 2 --tp 2 for 3 steps; then 2 steps on 2x2, checkpoint, and the last step resumed on 2x1 (tensor
+    parallelism off, the same data-parallel ranks and so the same batches): the same losses as the
+    uninterrupted 2x2 run (to the rounding of the other summation order)."""
+    env, data = data_env
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    script = ["examples/fsdp2_tp_torchrun.py", "--steps", "3", *data]
+    full = run([*torchrun, "--nproc_per_node=4", *script, "--dp", "2", "--tp", "2"], env)
+    assert "SpectraAdamW on 2x2 dp x tp" in full
+    assert len(losses(full)) == 3 and all(0 < v < 10 for v in losses(full))
+    ckpt = str(tmp_path / "ckpt")
+    first = run([*torchrun, "--nproc_per_node=4", *script, "--dp", "2", "--tp", "2", "--ckpt", ckpt,
+                 "--stop-after", "2"], env)
+    second = run([*torchrun, "--nproc_per_node=2", *script, "--dp", "2", "--tp", "1", "--ckpt", ckpt, "--resume"],
+                 env)
+    assert "resumed from step 2" in second and "on 2x1 dp x tp" in second
+    assert losses(first) + losses(second) == pytest.approx(losses(full), abs=1e-4)
+    proc = subprocess.run([*torchrun, "--nproc_per_node=2", *script, "--dp", "3", "--tp", "2"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "--dp * --tp must equal the number of processes (2), got 3 * 2" in proc.stderr

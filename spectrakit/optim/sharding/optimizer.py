@@ -24,8 +24,11 @@ The matrix pre-clip (``pre_c``) goes through the same sharded exchange as the po
 optimizer's ``_pre_transform_groups`` hook), and ``alpha`` is computed from the global shape
 (``_update_scale``), so neither needs the whole tensor on every rank.
 
-Requirements and refusals (``ValueError`` naming the parameter): placements other than ``Replicate``/
-``Shard(d)`` on one mesh dim (see :func:`~spectrakit.optim.sharding.layout.layout_of`); for sharded
+Parameters sharded on several mesh dims (FSDP2 x tensor parallel, HSDP x TP) go through the block
+exchange of :mod:`spectrakit.optim.sharding.block_exchange` over their flattened sharding group.
+
+Requirements and refusals (``ValueError`` naming the parameter): placements other than ``Replicate``,
+``Shard(d)`` and FSDP2's ``_StridedShard`` (see :func:`~spectrakit.optim.sharding.layout.layout_of`); for sharded
 parameters, group options that need a whole tensor outside the matrix transforms (``vector_clip`` of
 sharded 1-D parameters, the MARS base's per-tensor norm). Plain (non-DTensor) parameters must be
 identical on all ranks of ``process_group`` (DDP guarantees it).
@@ -40,6 +43,7 @@ import torch
 import torch.distributed as dist
 
 from spectrakit._checks import check_choice
+from spectrakit.optim.sharding.block_exchange import apply_blocks
 from spectrakit.optim.sharding.exchange import SpectralSharder, group_size_rank
 from spectrakit.optim.sharding.layout import Layout, is_dtensor, layout_of
 from spectrakit.optim.spectra import MIN_BATCH_NUMEL, Spectra
@@ -97,13 +101,15 @@ class ShardedSpectraMixin:
                     continue
                 name = f"param_groups[{gi}]['params'][{i}] (shape {tuple(p.shape)})"
                 layout = layout_of(p, name)
-                if layout.kind == "sharded":
+                if layout.kind != "replicated":
                     if p.ndim < 2 and group.get("vector_clip"):
                         raise ValueError(f"{name} is a sharded 1-D parameter: vector_clip needs the norm of "
                                          "the whole vector and is not supported under FSDP2; set "
                                          "vector_clip=False for this group")
                     if group["base"] in _NEEDS_WHOLE_TENSOR:
-                        raise ValueError(f"{name} is sharded ({layout.kind}, Shard({layout.shard_dim})): "
+                        how = (f"Shard({layout.shard_dim})" if layout.kind == "sharded"
+                               else f"placements {tuple(p.placements)}")
+                        raise ValueError(f"{name} is sharded ({how}): "
                                          f"base={group['base']!r} is not supported under FSDP2 "
                                          f"({_NEEDS_WHOLE_TENSOR[group['base']]}); wrap the model with DDP "
                                          "(replicated parameters) or choose another base for this group")
@@ -178,7 +184,7 @@ class ShardedSpectraMixin:
 
     def _finite_flag(self, grads):
         ok = super()._finite_flag(grads)
-        groups = {id(lay.group): lay.group for _, lay in self._local.values() if lay.kind == "sharded"}
+        groups = {id(lay.group): lay.group for _, lay in self._local.values() if lay.kind != "replicated"}
         for g in groups.values():  # shards differ across ranks: agree on skipping the step
             dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=g)
         return ok
@@ -202,7 +208,7 @@ class ShardedSpectraMixin:
             if len(gshape) >= 2:
                 lay = entry[1] if entry else None
                 key = ("matrix", matrix_shape(p.shape), gshape, lay.shard_dim if lay else None,
-                       id(lay.group) if lay else None)
+                       id(lay.group) if lay else None, lay.blocks if lay else None)
             else:
                 key = ("flat", None)
             buckets.setdefault((*key, p.dtype, p.device), []).append(p)
@@ -256,7 +262,10 @@ class ShardedSpectraMixin:
                 return fn(x.reshape(x.shape[0], m, n), *args).reshape(x.shape)
 
             local = U.reshape(U.shape[0], *lshape)
-            y = self.sharder(lay.group).apply_sharded([local], [gshape], [lay.shard_dim], full)[0]
+            if lay.kind == "blocks":  # several sharding mesh dims (FSDP2 x tensor parallel)
+                y = apply_blocks(self.sharder(lay.group), [local], [gshape], [lay.blocks], full)[0]
+            else:
+                y = self.sharder(lay.group).apply_sharded([local], [gshape], [lay.shard_dim], full)[0]
             out.append(y.reshape(U.shape))
         return out
 
