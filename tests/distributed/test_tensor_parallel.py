@@ -126,3 +126,24 @@ def test_exchange_bytes_match_cost_model(tp_results):
     measured = [out["bytes"] for out in res]
     assert measured == pred["sent"], (measured, pred["sent"])
     assert all(out["specs"] == res[0]["specs"] for out in res)
+
+
+@pytest.fixture(scope="session")
+def hsdp_tp_results():
+    return run_workers(f"{TP}:tp_suite", 8, args=((2, 2, 2), ("SpectraAdamW",)), timeout=1800)
+
+
+def test_hsdp_x_tp_3d_mesh(tp, hsdp_tp_results, tp_references):
+    """8 processes as (replicate 2, shard 2, tp 2): HSDP x TP. The flattened sharding group of a TP matrix is
+    the (shard, tp) slice of each replica; 20 SpectraAdamW steps give the one-process parameters."""
+    from spectrakit.distributed.cost_model import mesh_exchange
+
+    res, ref = hsdp_tp_results, tp_references["SpectraAdamW"]
+    assert res[0]["layouts"]["blocks.0.mlp.gate_proj.weight"][1] == "blocks"
+    assert "Replicate()" in res[0]["layouts"]["blocks.0.mlp.gate_proj.weight"][0]
+    for r, out in enumerate(res):
+        assert out[("SpectraAdamW", "sharded_path")] and all(out["blocks_match_local"].values())
+        for n in ref:
+            torch.testing.assert_close(out["SpectraAdamW"][n], ref[n], rtol=0, atol=1e-5, msg=f"rank {r} {n}")
+            assert torch.equal(out["SpectraAdamW"][n], res[0]["SpectraAdamW"][n])
+    assert [out["bytes"] for out in res] == mesh_exchange(res[0]["specs"], (2, 2, 2))["sent"]
