@@ -198,7 +198,7 @@ def full_state(opt, model) -> dict:
         for k, v in st.items():
             if torch.is_tensor(v):
                 out[(names[id(p)], k)] = (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
-    out["steps_taken"] = [g["steps_taken"] for g in opt.param_groups]
+    out["steps_taken"] = [int(g["steps_taken"]) for g in opt.param_groups]  # a copy: the counter grows in place
     return out
 
 

@@ -1,7 +1,7 @@
 """``torch.compile(opt.step)`` on CPU with the ``eager`` and ``aot_eager`` backends: same numbers as the
 eager step; every preset traces in one graph (no graph break), traced before or after its first step, and
 the compiled step is not recompiled on later calls (state created by ``_init_group`` while tracing, step
-counters as tensors). The regularised Frank-Wolfe posts still break (strict xfail, soak tier)."""
+counters as tensors). The regularised Frank-Wolfe posts on their CPU (Gram) route too (soak tier)."""
 
 from __future__ import annotations
 
@@ -164,7 +164,6 @@ def test_steps_taken_counts_compiled_steps():
 
 
 @pytest.mark.soak
-@pytest.mark.xfail(strict=True, reason="the Frank-Wolfe posts read tensor values on the host (linalg)")
 @pytest.mark.parametrize("variant", list(FW))
 def test_frank_wolfe_posts_one_graph(variant):
     _assert_one_graph("SpectraSGD", False, **FW[variant])
