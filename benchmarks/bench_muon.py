@@ -19,6 +19,9 @@ the measured bf16 matmul rate) exceeds ``--max-step-s`` is skipped and listed; `
 optimizers) shortens the iteration to measure large widths at a fifth of the cost (the per-step work is the
 same, so the ratio measures the same code).
 
+On CUDA (``--device cuda``) the step times are device-synchronised wall times (no CPU-time column), and
+the products run on the tensor cores in bf16 as in both published loops.
+
 Usage: ``python benchmarks/bench_muon.py --widths 192,256,512 --reps 5`` (writes its section, one per widths and
 ``--ns-steps``, of docs/BENCHMARKS.md unless ``--no-write``).
 """
@@ -74,10 +77,17 @@ def ns_flops(shapes, ns_steps: int) -> float:
 _MATMULS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::matmul"}
 
 
-def _step_s(opt) -> tuple[float, float]:
-    """Wall-clock and CPU (this thread's) seconds of one step."""
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _step_s(opt, device: str = "cpu") -> tuple[float, float]:
+    """Wall-clock and CPU (this thread's) seconds of one step (device-synchronised on CUDA)."""
+    _sync(device)
     w0, c0 = time.perf_counter(), time.thread_time()
     opt.step()
+    _sync(device)
     return time.perf_counter() - w0, time.thread_time() - c0
 
 
@@ -91,13 +101,13 @@ def outside_matmul_ms(opt) -> float:
     return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key not in _MATMULS) / 1e3
 
 
-def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
+def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02, device: str = "cpu") -> dict:
     """One width: interleaved rounds of a ``torch.optim.Muon`` and a spectrakit ``Muon`` step (weight decay
     0.1, Nesterov momentum 0.95, the original ``max(1, m/n)^0.5`` scale), medians and the parity checks."""
     shapes = muon_shapes(d)
     gen = torch.Generator().manual_seed(d)
-    init = [torch.randn(s, generator=gen) * 0.02 for s in shapes]
-    grads = [torch.randn(s, generator=gen) * 1e-2 for s in shapes]
+    init = [(torch.randn(s, generator=gen) * 0.02).to(device) for s in shapes]
+    grads = [(torch.randn(s, generator=gen) * 1e-2).to(device) for s in shapes]
 
     def params():
         ps = [torch.nn.Parameter(t.clone()) for t in init]
@@ -110,15 +120,17 @@ def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
     opts = {"torch": ref, "spectrakit": ours}
     for opt in opts.values():
         opt.step()  # allocate state
+        opt.step()  # CUDA: kernels loaded, workspaces allocated
     times: dict[str, list[float]] = {k: [] for k in opts}
     cpu: dict[str, list[float]] = {k: [] for k in opts}
     for r in range(reps):
         order = list(opts) if r % 2 == 0 else list(opts)[::-1]
         for k in order:
-            wall, c = _step_s(opts[k])
+            wall, c = _step_s(opts[k], device)
             times[k].append(wall)
             cpu[k].append(c)
-    outside = {k: outside_matmul_ms(opt) for k, opt in opts.items()}
+    cuda = device.startswith("cuda")
+    outside = {k: float("nan") if cuda else outside_matmul_ms(opt) for k, opt in opts.items()}
 
     def med(xs):
         return sorted(xs)[len(xs) // 2]
@@ -130,6 +142,9 @@ def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02) -> dict:
                  for a, b in zip(pr, po))
     with torch.no_grad():
         diff = max(float((a - b).abs().max() / a.abs().max()) for a, b in zip(pr, po))
+    if cuda:
+        cpu = {k: [float("nan")] for k in opts}
+        cpu_ratios = [float("nan")]
     return {"d": d, "matrices": len(shapes), "params (M)": sum(math.prod(s) for s in shapes) / 1e6,
             "ns steps": ns_steps, "torch ms": med(times["torch"]) * 1e3,
             "spectrakit ms": med(times["spectrakit"]) * 1e3, "spectrakit / torch": med(ratios),
@@ -202,6 +217,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="interleaved rounds per width (>= 1)")
     parser.add_argument("--ns-steps", type=int, default=5, help="Newton-Schulz steps of both optimizers (1..5)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument("--max-step-s", type=float, default=300.0,
                         help="skip a width whose estimated step exceeds this many seconds")
     parser.add_argument("--ns-loops", action="store_true",
@@ -221,6 +237,10 @@ def main() -> None:
         parser.error(f"--ns-steps must be in 1..5, got {args.ns_steps}")
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: CUDA is not available here")
+    if args.device.startswith("cuda") and args.ns_loops:
+        parser.error("--ns-loops times CPU loops: use it without --device cuda")
     if not hasattr(torch.optim, "Muon"):
         sys.exit("error: torch.optim.Muon (the reference) needs torch >= 2.9")
     torch.set_num_threads(args.threads)
@@ -230,13 +250,13 @@ def main() -> None:
         for d in widths:
             rows += bench_ns_loops(d, args.reps, args.ns_steps)
     for d in [] if args.ns_loops else widths:
-        rate = matmul_tflops("cpu", torch.bfloat16, min(d, 512)) * 1e12
+        rate = matmul_tflops(args.device, torch.bfloat16, min(d, 512)) * 1e12
         est = ns_flops(muon_shapes(d), args.ns_steps) / rate
         if est > args.max_step_s:
             rows.append({"d": d, "ns steps": args.ns_steps,
                          "torch ms": f"skipped: estimated {est:.0f} s/step (bf16 matmul {rate / 1e9:.2f} GFLOP/s)"})
             continue
-        rows.append(bench_width(d, args.reps, args.ns_steps))
+        rows.append(bench_width(d, args.reps, args.ns_steps, device=args.device))
         print(rows[-1], flush=True)
     env = environment()
     title = (
@@ -246,14 +266,15 @@ def main() -> None:
     text = title + (
         f"device: {env['device']}, {cpu_model()}, {os.cpu_count()} cores · torch {env['torch']} · "
         f"threads {torch.get_num_threads()} · CPU capability "
-        f"{torch.backends.cpu.get_cpu_capability()} · bf16 matmuls fast: {bf16_matmul_fast('cpu')} · "
+        f"{torch.backends.cpu.get_cpu_capability()} · bf16 matmuls fast: {bf16_matmul_fast(args.device)} · "
         f"{env['date']} · load average {load[0]:.1f} (start), {os.getloadavg()[0]:.1f} (end) · "
         f"{args.reps} rounds\n\ncommand: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
     )
     print(text)
     if not args.no_write:
         kind = "ns-loops" if args.ns_loops else "steps"
-        write_section(f"muon-vs-torch-cpu-{kind}-{args.widths}-ns{args.ns_steps}", text)
+        dev = torch.device(args.device).type
+        write_section(f"muon-vs-torch-{dev}-{kind}-{args.widths}-ns{args.ns_steps}", text)
 
 
 if __name__ == "__main__":

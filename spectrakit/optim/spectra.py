@@ -262,6 +262,10 @@ class Spectra(torch.optim.Optimizer):
             **BASES[base].defaults,
         )
         defaults.update(base_kwargs)
+        # created once and only mutated in place afterwards: torch.compile (torch <= 2.11) refuses an
+        # attribute assignment on the optimizer inside a traced step
+        self._post_flags: list[torch.Tensor] = []
+        self._warmed: set = set()
         super().__init__(params, defaults)
 
     # ------------------------------------------------------------------ param groups and validation
@@ -606,7 +610,7 @@ class Spectra(torch.optim.Optimizer):
         stages = [(group["post"], post_kwargs(group, group["post"]))]
         if group["pre_c"] is not None:
             stages.append((group["pre"], {}))
-        warmed = self.__dict__.setdefault("_warmed", set())
+        warmed = self._warmed
         for name, kwargs in stages:
             fn = POST_TRANSFORMS[name]
             key = (name, tuple(sorted(kwargs.items())), group["post_steps"], post_dtype, str(device), dtype)
@@ -657,13 +661,13 @@ class Spectra(torch.optim.Optimizer):
         ok = self._finite_flag(grads)
         for group in self.param_groups:  # tensor hyperparameters (a tensor lr): folded in, never read
             ok = ok * self._tensor_hyper_flag(group, ok.device)
-        self._post_flags = []
+        self._post_flags.clear()
         for group in self.param_groups:
             self._step_group(group, ok)
         taken = ok
         for f in self._post_flags:  # a batch whose post-transform gave a non-finite update was not applied
             taken = taken * f.to(ok.device, non_blocking=True)
-        self._post_flags = []
+        self._post_flags.clear()
         skipped = (1 - taken).to(torch.int64)
         for group in self.param_groups:
             if group["skipped_steps"].device != ok.device:
@@ -788,7 +792,7 @@ class Spectra(torch.optim.Optimizer):
                         buf.copy_(res)
                     # a non-finite pre-clip output: neither the state nor the parameters of this batch move
                     fin = self._finite_(buf)
-                    self.__dict__.setdefault("_post_flags", []).append(fin)
+                    self._post_flags.append(fin)
                     ok_d = ok_d * fin
                 elif group["vector_clip"]:
                     w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), pre_c_k))
@@ -814,7 +818,7 @@ class Spectra(torch.optim.Optimizer):
                 # a non-finite update (a post-transform that broke down) is not applied: this batch's
                 # parameters keep their values and the step counts as skipped (no host read)
                 fin = self._finite_(upd)
-                self.__dict__.setdefault("_post_flags", []).append(fin)
+                self._post_flags.append(fin)
                 ok_d, scale = ok_d * fin, scale * fin
             # (4) p <- (1 - lr wd ok) p + scale * upd, cancelled when ok = 0
             if kind == "matrix":
