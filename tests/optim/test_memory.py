@@ -130,3 +130,37 @@ def test_inplace_transform_overwrites_only_via_the_optimizer_hook():
     res64 = fn.inplace(W, 0.5, None, torch.float64)
     assert res64 is not W
     torch.testing.assert_close(W, keep, rtol=0, atol=0)
+
+
+def test_default_batch_floor_depends_on_the_device():
+    from spectrakit.optim.spectra import MIN_BATCH_NUMEL, MIN_BATCH_NUMEL_CUDA, min_batch_numel
+
+    assert min_batch_numel(torch.device("cpu")) == MIN_BATCH_NUMEL == 2**20
+    assert min_batch_numel(torch.device("cuda", 0), "soft_clip") == MIN_BATCH_NUMEL_CUDA == 2**26
+    assert min_batch_numel(torch.device("cuda", 0), "newton_schulz5") == MIN_BATCH_NUMEL_CUDA
+    assert min_batch_numel(torch.device("cuda", 0), "spectral_lmo") == MIN_BATCH_NUMEL  # full-size temporaries
+    assert min_batch_numel(torch.device("cpu"), "soft_clip") == MIN_BATCH_NUMEL
+    assert min_batch_numel(torch.device("meta")) == MIN_BATCH_NUMEL
+    # on the CPU the 2-layer set above is split by the largest-parameter rule (its largest is above the floor)
+    params = _llama_params()
+    opt = O.SpectraAdamW(params, lr=1e-3)
+    shapes = [s for kind, s, ps in opt._batches(opt.param_groups[0]) for _ in ps if kind == "matrix"]
+    assert len(shapes) == sum(p.ndim == 2 for p in params)
+    assert opt._batch_cap(opt.param_groups[0]) == max(
+        opt._batch_cost(opt.param_groups[0], "matrix", (VOCAB, D), params[0]), MIN_BATCH_NUMEL)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_keeps_small_same_shape_matrices_in_one_batch():
+    params = [torch.nn.Parameter(p.detach().cuda()) for p in _llama_params()]
+    for p, q in zip(params, _llama_params()):
+        p.grad = q.grad.cuda()
+    opt = O.SpectraAdamW(params, lr=1e-3)
+    batches = [(s, len(ps)) for kind, s, ps in opt._batches(opt.param_groups[0]) if kind == "matrix"]
+    counts: dict = {}
+    for s, _ in batches:
+        counts[s] = counts.get(s, 0) + 1
+    assert all(n == 1 for n in counts.values()), batches  # every shape in one batch (2^26-element floor)
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in params)

@@ -46,7 +46,7 @@ from spectrakit._checks import check_choice
 from spectrakit.optim.sharding.block_exchange import apply_blocks
 from spectrakit.optim.sharding.exchange import SpectralSharder, group_size_rank
 from spectrakit.optim.sharding.layout import Layout, is_dtensor, layout_of
-from spectrakit.optim.spectra import MIN_BATCH_NUMEL, Spectra
+from spectrakit.optim.spectra import MIN_BATCH_NUMEL, Spectra, min_batch_numel
 from spectrakit.optim.transforms import POST_TRANSFORMS, matrix_shape, workspace_numel
 
 try:
@@ -219,7 +219,8 @@ class ShardedSpectraMixin:
 
         cap = group["max_batch_numel"]
         if cap is None:  # the single-process default (Spectra._batch_cap), from global shapes
-            cap = max([MIN_BATCH_NUMEL] + [cost(key[0], p) for key, ps in buckets.items() for p in ps])
+            cap = max([MIN_BATCH_NUMEL] + [max(cost(key[0], p), min_batch_numel(p.device, group["post"]))
+                                           for key, ps in buckets.items() for p in ps])
         for key, ps in buckets.items():
             kind, shape = key[0], key[1]
             chunks, chunk, size = [], [], 0
