@@ -454,7 +454,9 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
     x = to_unit(x.to(sdt), sc).to(x.dtype)  # (to_unit/from_unit: gradients skip 1/sc and sc, product 1)
     ns = method in ("newton_schulz", "newton_schulz_early_exit")
     # (a tensor numerator: a Python float over a tensor is computed as c * (1 / s), and 1 / s overflows)
-    ct = to_unit(torch.as_tensor(ct, dtype=sdt, device=X.device), sc).clamp_max(torch.finfo(sdt).max / 4)
+    # (a Python threshold becomes a device tensor by a fill, not a host-to-device copy: CUDA graphs allow fills)
+    ct = ct.to(sdt) if isinstance(ct, torch.Tensor) else torch.full((), ct, dtype=sdt, device=X.device)
+    ct = to_unit(ct, sc).clamp_max(torch.finfo(sdt).max / 4)
     ct = ct.to(cdt if ns or cdt == torch.float64 else torch.float32)
     if ns:
         out = _newton_schulz(x.to(cdt), ct, 10 if steps is None else steps, method == "newton_schulz_early_exit")
