@@ -216,8 +216,10 @@ def test_non_finite_matrix_gives_non_finite_output_only_there():
 
 
 def test_inplace_form_overwrites_and_allocates_no_full_size_temporary():
+    """Peak extra memory: the batch's Gram matrices (eigh writes the eigenvectors into their storage, and W
+    is built there), LAPACK's divide-and-conquer workspace for one matrix, one k x k product, two blocks."""
     gen = torch.Generator().manual_seed(14)
-    for shape in ((2, 48, 4096), (2, 4096, 48)):
+    for shape in ((2, 48, 4096), (2, 4096, 48), (3, 256, 512), (3, 512, 256)):
         x = torch.randn(*shape, generator=gen)
         ref = spectral_lmo(x, "schatten", b=0.3, radius=2.0, p=3.0)
         y = x.clone()
@@ -229,10 +231,12 @@ def test_inplace_form_overwrites_and_allocates_no_full_size_temporary():
         k = min(shape[-2:])
         with no_value_checks():
             peak = cpu_peak_extra_bytes(lambda y=y: spectral_lmo_(y, "schatten", b=0.3, radius=2.0, p=3.0))
-        # 4 float64 k x k per matrix during eigh, and two float64 blocks of numel / 64
-        bound = 8 * shape[0] * (4 * k * k + 6 * k) + 2 * 8 * max(x.numel() // 64, 64 * shape[0] * k) + 65536
+        # B float64 k x k, LAPACK's 2 k^2 + 6 k + 1 float64 (and 5 k + 3 int32), two float64 blocks of
+        # numel / 64 (at least 64 columns); before, eigh's own eigenvector copy made it B more k x k
+        bound = 8 * (shape[0] * k * k + 2 * k * k + 8 * k) + 2 * 8 * max(x.numel() // 64, 64 * shape[0] * k) + 65536
         assert peak <= bound, (peak, bound)
-        assert peak < 0.25 * 4 * x.numel()
+        if k < 64:
+            assert peak < 0.25 * 4 * x.numel()
     # the out-of-place form allocates a full-size result
     assert cpu_peak_extra_bytes(lambda: spectral_lmo(x, "nuclear", b=0.3, radius=2.0)) >= 4 * x.numel()
 
