@@ -6,9 +6,10 @@ singular value to ``s*(s)`` is a matrix function of the Gram matrix applied to `
     U diag(s*) V^T = U diag(s* / s) U^T G = W G,   W = Q diag(w) Q^T,  w = s*(sqrt(lambda)) / sqrt(lambda)
 
 with ``A = G G^T = Q diag(lambda) Q^T`` (``m x m``). The route forms ``A`` in float64 (one product), takes a
-float64 ``torch.linalg.eigh`` of it (``m x m``), and multiplies ``W G`` in float64 (one more product), block
-by block along the long dimension, written back into the work tensor: extra memory is a few ``m x m``
-float64 matrices plus one block, never a full-size temporary. The input is scaled by a power of two near
+float64 ``torch.linalg.eigh`` of it in place (``Q`` overwrites ``A``, then ``W`` overwrites ``Q``), and
+multiplies ``W G`` in float64 (one more product), block by block along the long dimension, written back into
+the work tensor: extra memory is ``A`` plus LAPACK's ``2 m^2`` float64 workspace (or one ``m x m`` product,
+or two blocks), never a full-size temporary. The input is scaled by a power of two near
 ``max|G|`` first (exact), so no norm overflows in any dtype.
 
 Singular values are read off as ``sqrt(lambda)``: rounding of ``A`` and ``eigh`` leaves eigenvalues with an
@@ -91,8 +92,11 @@ def gram_map_(x: torch.Tensor, s_star, b: float, sign: float = 1.0) -> torch.Ten
     as ``(s / p) (p / b)`` with the input's power-of-two scale ``p``, so a subnormal ``s`` or ``b`` loses no
     digits) to the new singular values (``>= 0``, finite; unresolved directions get 0 whatever ``s_star``).
 
-    Peak extra memory: four float64 ``k x k`` matrices per matrix during ``eigh`` (``A``, the eigenvectors
-    and LAPACK's divide-and-conquer workspace of ``2 k^2``), two afterwards, plus one block."""
+    Peak extra memory (float64): during ``eigh``, ``A`` for each matrix of the batch (the eigenvectors are
+    written into its storage, :func:`_eigh_`) plus LAPACK's divide-and-conquer workspace of ``2 k^2 + 6 k + 1``
+    for one matrix; afterwards ``W`` in that same storage plus one ``k x k`` product at a time, or two blocks.
+    For one matrix that is ``3 k^2`` float64 (``24 k^2`` bytes: 6x a square fp32 input, 2.2x a ``k x 2.7k``
+    one); no full-size temporary."""
     bsz, m, n = x.shape
     wide = m <= n
     k = min(m, n)
