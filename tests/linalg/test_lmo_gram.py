@@ -249,3 +249,28 @@ def test_any_schatten_p():
         out = spectral_lmo(g.float(), "schatten", b=0.05, radius=4.0, p=p, method="gram")
         assert _err(out, _oracle(g, "schatten", 0.05, 4.0, p), 4.0) <= 1e-4, p
     assert math.isfinite(float(spectral_lmo(g, "schatten", b=1e-300, radius=1.0, p=1.0001).abs().max()))
+
+
+def test_autograd_and_traced_calls_take_the_out_of_place_eigh():
+    """Under autograd (eigh's ``out=`` has no backward) and while dynamo traces (it takes no strided ``out=``)
+    the Gram route calls the out-of-place eigh: same values as the in-place call, gradients flow, no graph
+    break."""
+    gen = torch.Generator().manual_seed(16)
+    g = matrix_with_spectrum(12, 20, torch.linspace(3.0, 0.5, 12), gen=gen)
+    ref = spectral_lmo(g, "schatten", b=0.4, radius=2.0, p=3.0, method="gram")
+    leaf = g.clone().requires_grad_(True)
+    out = spectral_lmo(leaf, "schatten", b=0.4, radius=2.0, p=3.0, method="gram")
+    torch.testing.assert_close(out.detach(), ref, rtol=1e-10, atol=1e-12)
+    out.square().sum().backward()
+    assert leaf.grad is not None and torch.isfinite(leaf.grad).all() and leaf.grad.abs().max() > 0
+
+    def inplace(x):
+        with no_value_checks():
+            return spectral_lmo_(x, "schatten", b=0.4, radius=2.0, p=3.0)
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(inplace)(g.clone())
+    assert explained.graph_break_count == 0, explained.break_reasons
+    traced = torch.compile(inplace, backend="eager", fullgraph=True)(g.clone())
+    torch.testing.assert_close(traced, ref, rtol=1e-10, atol=1e-12)
+    torch._dynamo.reset()
