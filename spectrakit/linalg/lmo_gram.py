@@ -79,7 +79,7 @@ def _eigh_(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     the column-major view (eigenvectors in its columns). Under autograd (``out=`` has no backward) and while
     ``torch.compile`` traces (dynamo takes no strided ``out=``) the out-of-place call."""
     if a.requires_grad or torch.compiler.is_compiling():
-        return torch.linalg.eigh(a)
+        return torch.linalg.eigh(a.mT)  # (the same triangle as the in-place call)
     lam = torch.empty(a.shape[:-1], dtype=a.dtype, device=a.device)
     q = a.mT
     torch.linalg.eigh(q, out=(lam, q))
@@ -102,8 +102,9 @@ def gram_map_(x: torch.Tensor, s_star, b: float, sign: float = 1.0) -> torch.Ten
     k = min(m, n)
     s64 = _pow2_scale(x)
     a = _gram(x, s64, wide)
-    # (B,): a nan/inf entry of x makes its row's diagonal entry of A nan/inf (the finite entries of x / s are
-    # at most 2, so a finite x gives a finite trace); no k x k temporary (isfinite(a) would allocate |a|)
+    # (B,): a nan/inf entry of x makes the diagonal entry of A of its row (tall: column) nan/inf, and the
+    # entries of a finite x / s are below 2, so a finite x gives a finite trace; no k x k temporary
+    # (isfinite(a) would allocate |a|)
     finite = torch.isfinite(torch.diagonal(a, dim1=-2, dim2=-1).sum(-1))
     a.masked_fill_(~finite[:, None, None], 0.0)
     lam, q = _eigh_(a)
