@@ -333,8 +333,9 @@ def spectral_lmo_(X: torch.Tensor, regularizer: str, *, b: float, radius: float,
     """In-place :func:`spectral_lmo` with the default method: overwrites ``X`` with ``X*`` and returns it.
 
     On the Gram route (CPU, ``X`` float32/float64 and contiguous) no full-size temporary is allocated: the
-    Gram matrix, its float64 eigendecomposition and ``W`` (``min(m, n)^2`` float64 each) and one block of at
-    most ``2^20`` float64 elements (:mod:`spectrakit.linalg.lmo_gram`). Elsewhere the out-of-place result is
+    Gram matrix (``min(m, n)^2`` float64, which receives the eigenvectors and then ``W``), LAPACK's ``eigh``
+    workspace (``2 min(m, n)^2`` float64) or one ``min(m, n)^2`` product, and blocks of at most ``2^20``
+    float64 elements (:mod:`spectrakit.linalg.lmo_gram`). Elsewhere the out-of-place result is
     copied into ``X``. Arguments and errors as :func:`spectral_lmo` (``method``: the default).
     """
     check_tensor(X, "X", min_ndim=2)

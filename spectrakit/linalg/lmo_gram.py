@@ -6,9 +6,10 @@ singular value to ``s*(s)`` is a matrix function of the Gram matrix applied to `
     U diag(s*) V^T = U diag(s* / s) U^T G = W G,   W = Q diag(w) Q^T,  w = s*(sqrt(lambda)) / sqrt(lambda)
 
 with ``A = G G^T = Q diag(lambda) Q^T`` (``m x m``). The route forms ``A`` in float64 (one product), takes a
-float64 ``torch.linalg.eigh`` of it (``m x m``), and multiplies ``W G`` in float64 (one more product), block
-by block along the long dimension, written back into the work tensor: extra memory is a few ``m x m``
-float64 matrices plus one block, never a full-size temporary. The input is scaled by a power of two near
+float64 ``torch.linalg.eigh`` of it in place (``Q`` overwrites ``A``, then ``W`` overwrites ``Q``), and
+multiplies ``W G`` in float64 (one more product), block by block along the long dimension, written back into
+the work tensor: extra memory is ``A`` plus LAPACK's ``2 m^2`` float64 workspace (or one ``m x m`` product,
+or two blocks), never a full-size temporary. The input is scaled by a power of two near
 ``max|G|`` first (exact), so no norm overflows in any dtype.
 
 Singular values are read off as ``sqrt(lambda)``: rounding of ``A`` and ``eigh`` leaves eigenvalues with an
@@ -70,22 +71,43 @@ def _gram(x: torch.Tensor, s64: torch.Tensor, wide: bool) -> torch.Tensor:
     return a
 
 
+def _eigh_(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 ``eigh`` of the symmetric batch ``a`` (``(B, k, k)``, contiguous), the eigenvectors written into
+    ``a``'s own storage: ``a.mT`` is the same symmetric matrix in LAPACK's column-major layout, so
+    ``torch.linalg.eigh(a.mT, out=(lam, a.mT))`` runs in place and allocates only LAPACK's workspace
+    (``2 k^2 + 6 k + 1`` float64 for divide and conquer) and the eigenvalues. Returns ``(lam, q)`` with ``q``
+    the column-major view (eigenvectors in its columns). Under autograd (``out=`` has no backward) and while
+    ``torch.compile`` traces (dynamo takes no strided ``out=``) the out-of-place call."""
+    if a.requires_grad or torch.compiler.is_compiling():
+        return torch.linalg.eigh(a.mT)  # (the same triangle as the in-place call)
+    lam = torch.empty(a.shape[:-1], dtype=a.dtype, device=a.device)
+    q = a.mT
+    torch.linalg.eigh(q, out=(lam, q))
+    return lam, q
+
+
 def gram_map_(x: torch.Tensor, s_star, b: float, sign: float = 1.0) -> torch.Tensor:
     """Overwrite the batch ``x`` (``(B, m, n)``, float32/float64, contiguous) with ``sign U diag(s*(s)) V^T``
     and return it (module docstring). ``s_star(r)`` maps the float64 ratios ``r = s / b`` (``(B, k)``, computed
     as ``(s / p) (p / b)`` with the input's power-of-two scale ``p``, so a subnormal ``s`` or ``b`` loses no
     digits) to the new singular values (``>= 0``, finite; unresolved directions get 0 whatever ``s_star``).
 
-    Peak extra memory: four float64 ``k x k`` matrices per matrix during ``eigh`` (``A``, the eigenvectors
-    and LAPACK's divide-and-conquer workspace of ``2 k^2``), two afterwards, plus one block."""
+    Peak extra memory (float64): during ``eigh``, ``A`` for each matrix of the batch (the eigenvectors are
+    written into its storage, :func:`_eigh_`) plus LAPACK's divide-and-conquer workspace of ``2 k^2 + 6 k + 1``
+    for one matrix; afterwards ``W`` in that same storage plus one ``k x k`` product at a time, or two blocks.
+    For one matrix that is ``3 k^2`` float64 (``24 k^2`` bytes: 6x a square fp32 input, 2.2x a ``k x 2.7k``
+    one); no full-size temporary."""
     bsz, m, n = x.shape
     wide = m <= n
     k = min(m, n)
     s64 = _pow2_scale(x)
     a = _gram(x, s64, wide)
-    finite = torch.isfinite(a).all(dim=(-2, -1))  # (B,)
-    a = torch.where(finite[:, None, None], a, torch.zeros_like(a))
-    lam, q = torch.linalg.eigh(a)  # reads the lower triangle
+    # (B,): a nan/inf entry of x makes the diagonal entry of A of its row (tall: column) nan/inf, and the
+    # entries of a finite x / s are below 2, so a finite x gives a finite trace; no k x k temporary
+    # (isfinite(a) would allocate |a|)
+    finite = torch.isfinite(torch.diagonal(a, dim1=-2, dim2=-1).sum(-1))
+    a.masked_fill_(~finite[:, None, None], 0.0)
+    lam, q = _eigh_(a)
     del a
     lam_max = lam[:, -1:].clamp_min(0)
     ok = lam > (RESOLVE * k * torch.finfo(torch.float64).eps) * lam_max
@@ -93,12 +115,15 @@ def gram_map_(x: torch.Tensor, s_star, b: float, sign: float = 1.0) -> torch.Ten
     target = s_star(sig * (s64[:, 0] / b))  # (p / b may overflow to inf: r = inf, s* = its limit)
     w = torch.where(ok, target / sig, torch.zeros_like(sig))
     w = torch.where(finite[:, None], w, torch.full_like(w, math.nan))
-    # W = sign Q diag(w) Q^T = sign (Q sqrt(w)) (Q sqrt(w))^T (w >= 0), scaled in place: one new k x k
+    # W = sign Q diag(w) Q^T = sign (Q sqrt(w)) (Q sqrt(w))^T (w >= 0), built in Q's own storage one matrix
+    # at a time: one new k x k at a time, whatever the batch size
     if q.requires_grad:  # (explicit method="gram" under autograd: no in-place step, no sqrt'(0))
         wm = (q * (w * sign)[:, None, :]) @ mT(q)
     else:
         wm = q.mul_(w.sqrt()[:, None, :])
-        wm = torch.matmul(wm, mT(wm)).mul_(sign)
+        for i in range(bsz):
+            wm[i].copy_(wm[i] @ mT(wm[i]))
+        wm.mul_(sign)
     del q
     for j0, j1 in _blocks(n if wide else m, bsz * k, x.numel()):
         view = x[:, :, j0:j1] if wide else x[:, j0:j1, :]
