@@ -153,6 +153,7 @@ class AdamW:
     name = "adamw"
     defaults = {"betas": (0.9, 0.999), "eps": 1e-8}
     chains = True  # takes Work.load/store (see Work)
+    squares = True  # g^2 of a finite gradient can overflow: a skipped step's work copy must be all zeros
 
     def validate(self, group):
         _check_betas(group["betas"], 2)
@@ -229,6 +230,7 @@ class Signum:
         return {"step": _step(p), "momentum_buffer": _zeros(p)}
 
     chains = True
+    squares = False  # a skipped step only needs the non-finite gradient entries zeroed (see Spectra._step_group)
 
     def direction_(self, w, states, group, ok, scale=None):
         b, u = group["momentum"], w.u
@@ -294,6 +296,7 @@ class SGD:
         return {"step": _step(p), "momentum_buffer": _zeros(p)}
 
     chains = True
+    squares = False  # a skipped step only needs the non-finite gradient entries zeroed (see Spectra._step_group)
 
     def direction_(self, w, states, group, ok, scale=None):
         b, d, u = group["momentum"], group["dampening"], w.u
@@ -340,6 +343,7 @@ class Lion:
         return {"step": _step(p), "exp_avg": _zeros(p)}
 
     chains = True
+    squares = False  # a skipped step only needs the non-finite gradient entries zeroed (see Spectra._step_group)
 
     def direction_(self, w, states, group, ok, scale=None):
         b1, b2 = group["betas"]

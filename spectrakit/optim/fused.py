@@ -26,9 +26,9 @@ import torch.optim.sgd as _torch_sgd
 _DTYPES = (torch.float32, torch.float64)
 
 
-def fused_base(group: dict, params: list[torch.Tensor], states: dict) -> str | None:
-    """``"adamw"`` or ``"sgd"`` when ``group`` (its ``params`` with gradients are ``params``; ``states`` is the
-    optimizer's state mapping) may take torch's fused kernel (see the module docstring), else None."""
+def fused_base(group: dict, params: list[torch.Tensor]) -> str | None:
+    """``"adamw"`` or ``"sgd"`` when ``group`` (its parameters with gradients are ``params``, with their states
+    created) may take torch's fused kernel (see the module docstring), else None."""
     base = group["base"]
     if base not in ("adamw", "sgd") or not group["fused"] or not params:
         return None
@@ -43,14 +43,10 @@ def fused_base(group: dict, params: list[torch.Tensor], states: dict) -> str | N
     dtype = params[0].dtype
     if dtype not in _DTYPES:
         return None
-    key = "exp_avg" if base == "adamw" else "momentum_buffer"
-    for p in params:
-        g, st = p.grad, states.get(p)
-        if (type(p) is not torch.nn.Parameter and type(p) is not torch.Tensor) or p.device.type != "cpu":
-            return None
-        if p.dtype is not dtype or g.dtype is not dtype or g.is_sparse or not st or st[key].dtype is not dtype:
-            return None
-        if not (p.is_contiguous() and g.is_contiguous()):
+    for p in params:  # (the states exist, in the parameter's dtype: Spectra._init_group made them)
+        g = p.grad
+        if (p.dtype is not dtype or g.dtype is not dtype or not p.is_contiguous() or not g.is_contiguous()
+                or g.is_sparse or not p.is_cpu or (type(p) is not torch.nn.Parameter and type(p) is not torch.Tensor)):
             return None
     return base
 

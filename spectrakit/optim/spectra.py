@@ -609,11 +609,12 @@ class Spectra(torch.optim.Optimizer):
         without host synchronisation, which this step is) for the same reason: ``torch.compile`` sets it to True
         in the groups of an optimizer it traces, and a changed group would invalidate the first graph."""
         base = BASES[group["base"]]
+        warm = POST_TRANSFORMS[group["post"]] is not None or group["pre_c"] is not None
         matrices = set()
         for p in group["params"]:
             if p.grad is not None and p.numel() > 0:
                 self._state(p, base)
-                if p.ndim >= 2:
+                if warm and p.ndim >= 2:
                     matrices.add((p.device, state_dtype(p.dtype)))
         for dev, wdt in matrices:
             self._warm_transforms(group, dev, wdt)
@@ -745,7 +746,7 @@ class Spectra(torch.optim.Optimizer):
         can cancel it (``check_finite=False`` and a Python-number ``lr``)."""
         if group["fused"]:
             params = [p for p in group["params"] if p.grad is not None and p.numel() > 0]
-            fb = fused_base(group, params, self.state)
+            fb = fused_base(group, params)
             if fb is not None:  # torch's fused kernel (spectrakit.optim.fused)
                 fused_step_(fb, group, params, [self.state[p] for p in params], ok)
                 return
@@ -797,10 +798,18 @@ class Spectra(torch.optim.Optimizer):
             # the work copy is the gradient when the step is taken and 0 when it is skipped (ok = 0: non-finite or
             # huge entries), so that the cancelled update stays finite
             ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
-            if chain and all(g.dtype == wdt for g in grads):
+            if chain and all(g.dtype == wdt for g in grads) and getattr(base, "squares", True):
 
                 def load(i, views=views, grads=grads, ok_b=ok_b, zero=zero):
                     torch.where(ok_b, grads[i], zero, out=views[i])
+
+            elif chain and all(g.dtype == wdt for g in grads):
+                # a base that never squares the gradient (Signum, SGD, Lion, EMA) needs only its non-finite
+                # entries zeroed: a skipped step's weights (0) then cancel any finite entry exactly. One
+                # nan_to_num pass costs what a copy costs (where(): 1.4-3.5x more, measured on CPU)
+
+                def load(i, views=views, grads=grads):
+                    torch.nan_to_num(grads[i], nan=0.0, posinf=0.0, neginf=0.0, out=views[i])
 
             elif per_tensor and all(g.dtype == wdt for g in grads):  # finite work copy: one fused pass
                 for v, g in zip(views, grads):

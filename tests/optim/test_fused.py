@@ -121,7 +121,7 @@ def test_sgd_weight_decay_is_decoupled():
 def _route(opt):
     group = opt.param_groups[0]
     params = [p for p in group["params"] if p.grad is not None]
-    return fused_base(group, params, opt.state)
+    return fused_base(group, params)
 
 
 @pytest.mark.parametrize("make,route", [
