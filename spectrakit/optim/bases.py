@@ -71,12 +71,20 @@ class Work:
     its ~13 passes instead of streaming the whole batch through memory once per pass. The operations and
     their order per element are unchanged (bit-identical results)."""
 
-    __slots__ = ("u", "buf", "stacked", "per_tensor", "_load", "_store")
+    __slots__ = ("u", "buf", "stacked", "per_tensor", "_load", "_store", "_scratch")
 
     def __init__(self, u: list[torch.Tensor], buf: torch.Tensor, stacked: bool, per_tensor: bool,
-                 load=None, store=None):
+                 load=None, store=None, scratch=None):
         self.u, self.buf, self.stacked, self.per_tensor = u, buf, stacked, per_tensor
-        self._load, self._store = load, store
+        self._load, self._store, self._scratch = load, store, scratch
+
+    def scratch(self, like: torch.Tensor) -> torch.Tensor:
+        """A temporary shaped like ``like`` (a per-tensor body's third operand), valid until the next call:
+        from the optimizer's ``scratch(numel, dtype, device)`` (one buffer kept across steps) when given,
+        else a fresh tensor."""
+        if self._scratch is None:
+            return torch.empty_like(like)
+        return self._scratch(like.numel(), like.dtype, like.device)[: like.numel()].view(like.shape)
 
     def take_load(self):
         """The deferred loader ``load(i)`` (or None); the caller must call it for every ``i`` before using
@@ -352,9 +360,11 @@ class Lion:
         m = [s["exp_avg"] for s in states]
         wt = (1 - b2) * ok
         if w.per_tensor:  # tensor by tensor (see Work)
+            # the interpolation goes to the optimizer's scratch buffer (kept across steps): a fresh tensor per
+            # parameter and step costs its page faults (Lion's CPU step was 1.6-2.3x Signum's at d = 1024)
 
             def body(ui, mi):
-                interp = torch.lerp(ui, mi, b1)
+                interp = torch.lerp(ui, mi, b1, out=w.scratch(ui))
                 mi.lerp_(ui, wt)
                 torch.sign(interp, out=ui)
                 if scale is not None:

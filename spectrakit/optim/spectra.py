@@ -825,7 +825,9 @@ class Spectra(torch.optim.Optimizer):
                         params[i].mul_(decay)
                     params[i].add_(views[i])
 
-            w = Work(views, buf, kind == "matrix", per_tensor, load, store)
+            # (a traced step allocates its temporaries: no buffer kept on the optimizer inside a graph)
+            scratch = None if torch.compiler.is_compiling() else self._scratch
+            w = Work(views, buf, kind == "matrix", per_tensor, load, store, scratch)
 
             # (1) pre-transform of the raw gradient
             if pre_c_k is not None:
@@ -872,6 +874,17 @@ class Spectra(torch.optim.Optimizer):
                 deltas = views
             # (identity post-transform: the base applied scale)
             self._apply_update(params, deltas, lr_wd, ok_d, None if identity else scale, per_tensor, upd)
+
+    def _scratch(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A 1-D buffer of at least ``numel`` elements, kept across steps (not in ``state_dict``): the
+        temporaries of the per-tensor bodies (:meth:`Work.scratch`, Lion's interpolation). At most one
+        parameter's size per (dtype, device); allocating it afresh each step costs page faults on CPU."""
+        cache = self.__dict__.setdefault("_scratch_bufs", {})
+        key = (dtype, str(device))
+        buf = cache.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
+        return buf
 
     @staticmethod
     def _finite_(x: torch.Tensor) -> torch.Tensor:
