@@ -11,13 +11,19 @@ For every parameter ``X`` with a gradient ``g`` (matrices: ndim >= 2, conv kerne
 
 Implementation of one ``step()`` (no host-device synchronisation anywhere):
 
+0. a plain AdamW/SGD group on CPU (``post="none"``, alpha = 1, float32/float64, a number ``lr``, eager) is
+   stepped by torch's fused kernel instead of steps 2-5 (:mod:`spectrakit.optim.fused`; ``fused=False``
+   turns this off), with the flag of step 1 as its ``found_inf``; a group with ``check_finite=False`` is
+   left out of step 1 (its gradients are not read, its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
    kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower);
 2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
    group form one flat batch; with an element-wise update, ``post="none"``, the CPU batches of one dtype
    and ``alpha`` form one flat batch, see :meth:`Spectra._plan`); the gradients of a batch are copied into
    ONE work tensor (fp32 for bf16/fp16 parameters, else the parameter dtype) (stacked ``(B, m, n)`` or
-   concatenated) with their non-finite entries zeroed (one ``nan_to_num(out=)`` pass per tensor on CPU);
+   concatenated), all zeros on a skipped step (``where(out=)`` on CPU) or, for a base that never squares
+   it (``squares = False``: Signum, SGD, Lion, EMA), with only its non-finite entries zeroed (one
+   ``nan_to_num(out=)`` pass, the cost of a copy);
 3. the base direction updates the fp32 states and overwrites the work tensor with ``U`` (see
    :mod:`spectrakit.optim.bases`; for an identity post-transform it also applies ``-lr alpha ok``). On CPU
    a chaining base (AdamW) runs the whole element-wise pipeline tensor by tensor (grad copy, moments,
@@ -30,7 +36,8 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
 5. ``p <- p * (1 - lr wd ok) + (-lr alpha ok) * post(U)`` with two ``_foreach`` calls, ``alpha`` from
    :meth:`Spectra._update_scale` (overridable: a sharded subclass uses the global shape).
 
-Every step is bit-identical to the plain sequence (copy, zero non-finite entries, base direction with
+Outside the fused route of step 0 (which gives torch's fused numbers), every step is bit-identical to the
+plain sequence (copy, zero non-finite entries, base direction with
 ``torch._foreach_*``, transform, scale, decay, add): the CPU shortcuts only remove copies, dispatches and
 memory traffic, never reorder floating-point operations (tests/optim/test_step_paths.py). Reordering them
 (e.g. ``m / (sqrt(v) + eps sqrt(bc2))`` for Adam, or a fused ``addcmul`` update) would save 2-4 more
