@@ -93,21 +93,28 @@ class Work:
         return f
 
     def take_store(self):
-        """The handed-over update ``store(i)`` (or None); the caller must call it for every ``i`` once
-        ``u[i]`` holds the final (scaled) direction."""
+        """The handed-over update ``store(i, scale=None)`` (or None); the caller must call it for every ``i``
+        once ``u[i]`` holds the final (scaled) direction, or pass ``scale`` (a 0-d tensor) to have the
+        update add ``scale * u[i]`` in one pass (``addcmul``; exact only where ``scale * u[i]`` is, e.g.
+        for a sign direction)."""
         f, self._store = self._store, None
         return f
 
-    def each(self, body, *lists) -> None:
+    @property
+    def stores(self) -> bool:
+        """Whether the parameter update is handed over (``store`` not taken yet)."""
+        return self._store is not None
+
+    def each(self, body, *lists, scale=None) -> None:
         """The per-tensor pipeline: for every ``i`` the deferred ``load(i)``, then
-        ``body(u[i], *(l[i] for l in lists))``, then the handed-over ``store(i)`` (takes both)."""
+        ``body(u[i], *(l[i] for l in lists))``, then the handed-over ``store(i, scale)`` (takes both)."""
         load, store = self.take_load(), self.take_store()
         for i, items in enumerate(zip(self.u, *lists)):
             if load is not None:
                 load(i)
             body(*items)
             if store is not None:
-                store(i)
+                store(i, scale)
 
     @property
     def pending(self) -> bool:
@@ -246,6 +253,8 @@ class Signum:
         m = [s["momentum_buffer"] for s in states]
         wt = (1 - b) * ok
         if w.per_tensor:  # tensor by tensor (see Work)
+            # a sign times the scale is exact: the update adds it in one pass (addcmul) where it is handed over
+            fused = self.sign and scale is not None and w.stores
 
             def body(ui, mi):
                 mi.lerp_(ui, wt)
@@ -257,10 +266,10 @@ class Signum:
                     torch.sign(mi, out=ui)
                 else:
                     ui.copy_(mi)
-                if scale is not None:
+                if scale is not None and not fused:
                     ui.mul_(scale)
 
-            w.each(body, m)
+            w.each(body, m, scale=scale if fused else None)
             return
         foreach_lerp_(m, u, wt)
         if group["nesterov"]:
@@ -363,14 +372,16 @@ class Lion:
             # the interpolation goes to the optimizer's scratch buffer (kept across steps): a fresh tensor per
             # parameter and step costs its page faults (Lion's CPU step was 1.6-2.3x Signum's at d = 1024)
 
+            fused = scale is not None and w.stores  # sign times scale is exact: one addcmul pass (see Signum)
+
             def body(ui, mi):
                 interp = torch.lerp(ui, mi, b1, out=w.scratch(ui))
                 mi.lerp_(ui, wt)
                 torch.sign(interp, out=ui)
-                if scale is not None:
+                if scale is not None and not fused:
                     ui.mul_(scale)
 
-            w.each(body, m)
+            w.each(body, m, scale=scale if fused else None)
             return
         interp = torch._foreach_lerp(u, m, b1)
         foreach_lerp_(m, u, wt)

@@ -827,10 +827,13 @@ class Spectra(torch.optim.Optimizer):
             if chain and identity:
                 decay = 1 - lr_wd * ok_d if _nonzero(lr_wd) else None
 
-                def store(i, params=params, views=views, decay=decay):
+                def store(i, scale=None, params=params, views=views, decay=decay):
                     if decay is not None:
                         params[i].mul_(decay)
-                    params[i].add_(views[i])
+                    if scale is None:
+                        params[i].add_(views[i])
+                    else:  # the base left its (exact) scaling to this pass
+                        params[i].addcmul_(views[i], scale)
 
             # (a traced step allocates its temporaries: no buffer kept on the optimizer inside a graph)
             scratch = None if torch.compiler.is_compiling() else self._scratch
