@@ -30,7 +30,7 @@ def fused_base(group: dict, params: list[torch.Tensor]) -> str | None:
     """``"adamw"`` or ``"sgd"`` when ``group`` (its parameters with gradients are ``params``, with their states
     created) may take torch's fused kernel (see the module docstring), else None."""
     base = group["base"]
-    if base not in ("adamw", "sgd") or not group["fused"] or not params:
+    if base not in ("adamw", "sgd") or not group["torch_kernel"] or not params:
         return None
     if (group["post"] != "none" or group["vector_clip"] or group["pre_c"] is not None
             or isinstance(group["lr"], torch.Tensor) or torch.compiler.is_compiling()):

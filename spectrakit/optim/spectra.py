@@ -12,7 +12,7 @@ For every parameter ``X`` with a gradient ``g`` (matrices: ndim >= 2, conv kerne
 Implementation of one ``step()`` (no host-device synchronisation anywhere):
 
 0. a plain AdamW/SGD group on CPU (``post="none"``, alpha = 1, float32/float64, a number ``lr``, eager) is
-   stepped by torch's fused kernel instead of steps 2-5 (:mod:`spectrakit.optim.fused`; ``fused=False``
+   stepped by torch's fused kernel instead of steps 2-5 (:mod:`spectrakit.optim.fused`; ``torch_kernel=False``
    turns this off), with the flag of step 1 as its ``found_inf``; a group with ``check_finite=False`` is
    left out of step 1 (its gradients are not read, its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
@@ -207,11 +207,12 @@ class Spectra(torch.optim.Optimizer):
             gradients are not checked and its step is never skipped for them, as in ``torch.optim`` (a bad
             gradient then reaches the parameters); the faster choice where the gradients are known finite
             (e.g. checked by a ``GradScaler`` or a gradient-norm clip beforehand).
-        fused: True (default): a plain AdamW or SGD group (``post="none"``, alpha = 1, no pre/vector clip,
+        torch_kernel: True (default): a plain AdamW or SGD group (``post="none"``, alpha = 1, no pre/vector clip,
             SGD without dampening) on CPU float32/float64 tensors with a number ``lr`` takes torch's fused
             kernel, the numbers of ``torch.optim.AdamW(fused=True)`` / ``torch.optim.SGD(fused=True)``
             (:mod:`spectrakit.optim.fused`; one pass over memory instead of ~10). False: the general
-            pipeline, whose rounding is the same on every device and code path.
+            pipeline, whose rounding is the same on every device and code path. (Not called ``fused``:
+            trainers such as torchtitan pass torch's ``fused``/``foreach`` switches, which are not ours.)
         **base_kwargs: hyperparameters of the base direction (e.g. ``betas``, ``eps``, ``momentum``,
             ``nesterov``, ``dampening``, ``alpha``, ``gamma``); unknown names raise TypeError.
 
@@ -250,7 +251,7 @@ class Spectra(torch.optim.Optimizer):
         b: float = 1.0,
         p: float | None = None,
         check_finite: bool = True,
-        fused: bool = True,
+        torch_kernel: bool = True,
         **base_kwargs,
     ):
         check_choice(base, "base", BASES)
@@ -281,7 +282,7 @@ class Spectra(torch.optim.Optimizer):
             b=b,
             p=p,
             check_finite=check_finite,
-            fused=fused,
+            torch_kernel=torch_kernel,
             **BASES[base].defaults,
         )
         defaults.update(base_kwargs)
@@ -348,7 +349,7 @@ class Spectra(torch.optim.Optimizer):
         whose ``inf`` turns that clip off. ``lr`` may be a 0-d real tensor (as in ``torch.optim.Muon``): its
         value is checked here except ``at_step`` (where reading it would be a host sync)."""
         check_finite_hyperparameters(group)
-        for key in ("check_finite", "fused"):
+        for key in ("check_finite", "torch_kernel"):
             if not isinstance(group[key], bool):
                 raise TypeError(f"{key} must be True or False, got {group[key]!r}")
         check_choice(group["post"], "post", POST_TRANSFORMS)
@@ -428,7 +429,7 @@ class Spectra(torch.optim.Optimizer):
             g["skipped_steps"] = g["skipped_steps"].clone()
             g.setdefault("capturable", True)
             g.setdefault("check_finite", True)  # state dicts saved before these options existed
-            g.setdefault("fused", True)
+            g.setdefault("torch_kernel", True)
             g["steps_taken"] = _counter(g.get("steps_taken", 0))
             self._validate(g)
 
@@ -751,7 +752,7 @@ class Spectra(torch.optim.Optimizer):
     def _step_group(self, group: dict, ok: torch.Tensor | None) -> None:
         """One step of ``group``; ``ok``: the step's 0-d fp32 flag (1 take, 0 skip), or None where nothing
         can cancel it (``check_finite=False`` and a Python-number ``lr``)."""
-        if group["fused"]:
+        if group["torch_kernel"]:
             params = [p for p in group["params"] if p.grad is not None and p.numel() > 0]
             fb = fused_base(group, params)
             if fb is not None:  # torch's fused kernel (spectrakit.optim.fused)

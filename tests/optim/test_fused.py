@@ -112,7 +112,7 @@ def test_sgd_weight_decay_is_decoupled():
     init = _init(torch.float64)
     kw = dict(lr=1e-2, momentum=0.9, weight_decay=0.3)
     fused, opt = _run(lambda ps: O.SGD(ps, **kw), init, 10, bad=(5, float("nan")))
-    plain, ref = _run(lambda ps: O.SGD(ps, fused=False, **kw), init, 10, bad=(5, float("nan")))
+    plain, ref = _run(lambda ps: O.SGD(ps, torch_kernel=False, **kw), init, 10, bad=(5, float("nan")))
     assert int(opt.skipped_steps) == int(ref.skipped_steps) == 1
     for a, b in zip(fused, plain):
         torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-13)
@@ -127,7 +127,7 @@ def _route(opt):
 @pytest.mark.parametrize("make,route", [
     (lambda ps: O.AdamW(ps), "adamw"),
     (lambda ps: O.SGD(ps), "sgd"),
-    (lambda ps: O.AdamW(ps, fused=False), None),
+    (lambda ps: O.AdamW(ps, torch_kernel=False), None),
     (lambda ps: O.AdamW(ps, lr=torch.tensor(1e-3)), None),  # a tensor lr: the pipeline's skip on a bad value
     (lambda ps: O.AdamW(ps, scale="muon"), None),
     (lambda ps: O.AdamW(ps, vector_clip=True), None),
@@ -136,7 +136,7 @@ def _route(opt):
     (lambda ps: O.SGD(ps, momentum=0.0), None),
     (lambda ps: O.Lion(ps), None),
     (lambda ps: O.Signum(ps), None),
-], ids=["adamw", "sgd", "fused-off", "tensor-lr", "scale", "vector-clip", "spectra", "dampening", "no-momentum",
+], ids=["adamw", "sgd", "kernel-off", "tensor-lr", "scale", "vector-clip", "spectra", "dampening", "no-momentum",
         "lion", "signum"])
 def test_route_choice(make, route):
     params = [torch.nn.Parameter(x.clone()) for x in _init()]
@@ -170,7 +170,7 @@ def test_non_contiguous_gradient_falls_back():
     assert (p - q).abs().max() <= 2e-7 * q.abs().max()
 
 
-@pytest.mark.parametrize("key", ["check_finite", "fused"])
+@pytest.mark.parametrize("key", ["check_finite", "torch_kernel"])
 @pytest.mark.parametrize("value", [1, "yes", None])
 def test_options_must_be_bool(key, value):
     with pytest.raises(TypeError, match=key):
@@ -198,10 +198,10 @@ def test_state_dict_resumes_exactly_and_loads_older_states():
     steps(opt, params, 5)
     saved = copy.deepcopy(opt.state_dict())
     for g in saved["param_groups"]:  # a state saved before the options existed
-        del g["check_finite"], g["fused"]
+        del g["check_finite"], g["torch_kernel"]
     resumed = [torch.nn.Parameter(p.detach().clone()) for p in params]
     opt2 = O.AdamW(resumed, lr=1e-2)
     opt2.load_state_dict(saved)
-    assert opt2.param_groups[0]["check_finite"] is True and opt2.param_groups[0]["fused"] is True
+    assert opt2.param_groups[0]["check_finite"] is True and opt2.param_groups[0]["torch_kernel"] is True
     steps(opt2, resumed, 5)
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed))

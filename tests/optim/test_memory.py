@@ -33,7 +33,7 @@ def _llama_params(seed: int = 0) -> list[torch.nn.Parameter]:
     return params
 
 
-@pytest.mark.parametrize("name,kw", [("SpectraAdamW", {}), ("AdamW", dict(fused=False)), ("SpectraSignum", {})])
+@pytest.mark.parametrize("name,kw", [("SpectraAdamW", {}), ("AdamW", dict(torch_kernel=False)), ("SpectraSignum", {})])
 def test_step_peak_extra_is_one_largest_parameter(name, kw):
     params = _llama_params()
     largest = max(p.numel() * p.element_size() for p in params)
