@@ -5,10 +5,11 @@ base ``"adamw"`` or ``"sgd"`` (no dampening, momentum > 0) computes exactly what
 ``torch.optim.SGD`` compute (AdamW: Loshchilov & Hutter 2019, ``m <- b1 m + (1-b1) g``,
 ``v <- b2 v + (1-b2) g^2``, ``p <- (1 - lr wd) p - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``; SGD:
 ``m <- b m + g``, ``p <- p - lr m``, Nesterov ``p <- p - lr (g + b m)``). On the CPU that step is torch's fused
-kernel (``torch.optim.adamw.adamw`` / ``torch.optim.sgd.sgd`` with ``fused=True``, the documented functional
-forms): one pass over the parameter, its gradient and its state per parameter, where the general pipeline
-makes ~10. The skip of a step with a non-finite gradient is the kernel's own ``found_inf`` (the flag of
-the optimizer's check, a 0-d tensor: the kernel leaves parameters and moments unchanged, the step counters
+kernel (``torch._fused_adamw_`` / ``torch._fused_sgd_``, what the functional ``torch.optim.adamw.adamw`` /
+``torch.optim.sgd.sgd`` with ``fused=True`` call once they have grouped the tensors by device and dtype,
+which the route's conditions already ensure): one pass over each parameter, its gradient and its state,
+where the general pipeline makes ~10. The skip of a step with a non-finite gradient is the kernel's own
+``found_inf`` (the flag of the optimizer's check, a 0-d tensor: the kernel leaves parameters and moments unchanged, the step counters
 are advanced by ``ok``); no value is read in Python. SGD's decoupled weight decay ``(1 - lr wd ok) p`` is
 one multiplication before the kernel (torch's SGD decay is coupled).
 
@@ -20,8 +21,6 @@ Python-number ``lr``, eager mode (a traced step keeps the general pipeline: one 
 from __future__ import annotations
 
 import torch
-import torch.optim.adamw as _torch_adamw
-import torch.optim.sgd as _torch_sgd
 
 _DTYPES = (torch.float32, torch.float64)
 
@@ -58,19 +57,19 @@ def fused_step_(base: str, group: dict, params: list[torch.Tensor], states: list
     grads = [p.grad for p in params]
     found_inf = None if ok is None else 1.0 - ok
     steps = [s["step"] for s in states]
-    if base == "adamw":  # the functional form advances the steps: step + 1 - found_inf = step + ok
-        b1, b2 = group["betas"]
-        _torch_adamw.adamw(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
-                           steps, fused=True, found_inf=found_inf, amsgrad=False, maximize=False,
-                           lr=group["lr"], beta1=b1, beta2=b2, weight_decay=group["weight_decay"], eps=group["eps"])
-        return
     if ok is None:
         torch._foreach_add_(steps, 1.0)
     else:
         torch._foreach_add_(steps, ok, alpha=1.0)  # the Tensor overload: no host read of ok
-    wd = group["weight_decay"] * group["lr"]
+    lr, wd = group["lr"], group["weight_decay"]
+    if base == "adamw":  # the kernel reads the advanced step; on found_inf it returns before any write
+        b1, b2 = group["betas"]
+        torch._fused_adamw_(params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [],
+                            steps, lr=lr, beta1=b1, beta2=b2, weight_decay=wd, eps=group["eps"], amsgrad=False,
+                            maximize=False, grad_scale=None, found_inf=found_inf)
+        return
     if wd != 0:  # decoupled decay (1 - lr wd ok) p, as the pipeline's; torch's SGD decay is coupled
-        torch._foreach_mul_(params, 1.0 - wd if ok is None else 1.0 - wd * ok.to(params[0].dtype))
-    _torch_sgd.sgd(params, grads, [s["momentum_buffer"] for s in states], fused=True, found_inf=found_inf,
-                   weight_decay=0.0, momentum=group["momentum"], lr=group["lr"], dampening=0.0,
-                   nesterov=group["nesterov"], maximize=False)
+        torch._foreach_mul_(params, 1.0 - lr * wd if ok is None else 1.0 - lr * wd * ok.to(params[0].dtype))
+    torch._fused_sgd_(params, grads, [s["momentum_buffer"] for s in states], weight_decay=0.0,
+                      momentum=group["momentum"], lr=lr, dampening=0.0, nesterov=group["nesterov"], maximize=False,
+                      is_first_step=False, grad_scale=None, found_inf=found_inf)
