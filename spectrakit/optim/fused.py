@@ -9,9 +9,9 @@ kernel (``torch._fused_adamw_`` / ``torch._fused_sgd_``, what the functional ``t
 ``torch.optim.sgd.sgd`` with ``fused=True`` call once they have grouped the tensors by device and dtype,
 which the route's conditions already ensure): one pass over each parameter, its gradient and its state,
 where the general pipeline makes ~10. The skip of a step with a non-finite gradient is the kernel's own
-``found_inf`` (the flag of the optimizer's check, a 0-d tensor: the kernel leaves parameters and moments unchanged, the step counters
-are advanced by ``ok``); no value is read in Python. SGD's decoupled weight decay ``(1 - lr wd ok) p`` is
-one multiplication before the kernel (torch's SGD decay is coupled).
+``found_inf`` (the flag of the optimizer's check, a 0-d tensor: the kernel leaves parameters and moments
+unchanged, the step counters are advanced by ``ok``); no value is read in Python. SGD's decoupled weight
+decay ``(1 - lr wd ok) p`` is one multiplication before the kernel (torch's SGD decay is coupled).
 
 The route is taken only where it gives torch's numbers with this optimizer's state layout: CPU tensors,
 dense and contiguous, float32 or float64 parameters with gradients and states of the same dtype, a
