@@ -3,8 +3,8 @@
 A param group whose update is element-wise (``post="none"``, no ``vector_clip``, no ``pre_c``, alpha = 1) with
 base ``"adamw"`` or ``"sgd"`` (no dampening, momentum > 0) computes exactly what ``torch.optim.AdamW`` /
 ``torch.optim.SGD`` compute (AdamW: Loshchilov & Hutter 2019, ``m <- b1 m + (1-b1) g``,
-``v <- b2 v + (1-b2) g^2``, ``p <- (1 - lr wd) p - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``; SGD:
-``m <- b m + g``, ``p <- p - lr m``, Nesterov ``p <- p - lr (g + b m)``). On the CPU that step is torch's fused
+``v <- b2 v + (1-b2) g^2``, ``p <- (1 - lr wd) p - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``; SGD with
+momentum, Polyak 1964, Nesterov form as in Sutskever et al. 2013: ``m <- b m + g``, ``p <- p - lr m``, Nesterov ``p <- p - lr (g + b m)``). On the CPU that step is torch's fused
 kernel (``torch._fused_adamw_`` / ``torch._fused_sgd_``, what the functional ``torch.optim.adamw.adamw`` /
 ``torch.optim.sgd.sgd`` with ``fused=True`` call once they have grouped the tensors by device and dtype,
 which the route's conditions already ensure): one pass over each parameter, its gradient and its state,
