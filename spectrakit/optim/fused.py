@@ -4,11 +4,12 @@ A param group whose update is element-wise (``post="none"``, no ``vector_clip``,
 base ``"adamw"`` or ``"sgd"`` (no dampening, momentum > 0) computes exactly what ``torch.optim.AdamW`` /
 ``torch.optim.SGD`` compute (AdamW: Loshchilov & Hutter 2019, ``m <- b1 m + (1-b1) g``,
 ``v <- b2 v + (1-b2) g^2``, ``p <- (1 - lr wd) p - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``; SGD with
-momentum, Polyak 1964, Nesterov form as in Sutskever et al. 2013: ``m <- b m + g``, ``p <- p - lr m``, Nesterov ``p <- p - lr (g + b m)``). On the CPU that step is torch's fused
-kernel (``torch._fused_adamw_`` / ``torch._fused_sgd_``, what the functional ``torch.optim.adamw.adamw`` /
-``torch.optim.sgd.sgd`` with ``fused=True`` call once they have grouped the tensors by device and dtype,
-which the route's conditions already ensure): one pass over each parameter, its gradient and its state,
-where the general pipeline makes ~10. The skip of a step with a non-finite gradient is the kernel's own
+momentum, Polyak 1964, Nesterov form as in Sutskever et al. 2013: ``m <- b m + g``, ``p <- p - lr m``,
+Nesterov ``p <- p - lr (g + b m)``). On the CPU that step is torch's fused kernel (``torch._fused_adamw_`` /
+``torch._fused_sgd_``, what the functional ``torch.optim.adamw.adamw`` / ``torch.optim.sgd.sgd`` with
+``fused=True`` call once they have grouped the tensors by device and dtype, which the route's conditions
+already ensure): one pass over each parameter, its gradient and its state, where the general pipeline
+makes ~10. The skip of a step with a non-finite gradient is the kernel's own
 ``found_inf`` (the flag of the optimizer's check, a 0-d tensor: the kernel leaves parameters and moments
 unchanged, the step counters are advanced by ``ok``); no value is read in Python. SGD's decoupled weight
 decay ``(1 - lr wd ok) p`` is one multiplication before the kernel (torch's SGD decay is coupled).
