@@ -478,6 +478,76 @@ def bench_compile(widths, presets, device: str, reps: int, backend: str) -> list
     return rows
 
 
+# eager parity of the plain presets: (our preset, its keyword options) against torch's (foreach, fused) forms
+PARITY = {
+    "AdamW": ("AdamW", {}),
+    "AdamW (check_finite=False)": ("AdamW", dict(check_finite=False)),
+    "SGD": ("SGD", {}),
+    "SGD (check_finite=False)": ("SGD", dict(check_finite=False)),
+    "Lion": ("Lion", {}),
+    "Signum": ("Signum", {}),
+}
+
+
+def _parity_makers(device: str) -> dict:
+    """Every optimizer of the eager-parity rounds: torch AdamW / SGD (momentum 0.9) foreach and, where torch
+    has it on ``device``, fused; our presets of :data:`PARITY` (an option this version of spectrakit lacks
+    leaves its row out)."""
+    from spectrakit import optim as O
+
+    makers = {}
+    for kind in ("foreach", "fused"):
+        makers[f"torch AdamW ({kind})"] = lambda ps, k=kind: torch.optim.AdamW(ps, lr=1e-3, **{k: True})
+        makers[f"torch SGD ({kind})"] = lambda ps, k=kind: torch.optim.SGD(ps, lr=1e-3, momentum=0.9, **{k: True})
+    for label, (name, kw) in PARITY.items():
+        makers[label] = lambda ps, name=name, kw=kw: getattr(O, name)(ps, lr=1e-3, **kw)
+    return makers
+
+
+def bench_parity(widths, device: str, reps: int) -> list[dict]:
+    """Eager step of the plain presets against torch at each width: one step of every optimizer per round
+    (interleaved rounds), medians of the per-round ratios. AdamW and SGD against torch's AdamW / SGD
+    (momentum 0.9), foreach and fused; Lion and Signum (no torch counterpart) against torch AdamW."""
+    rows = []
+    for d in widths:
+        shapes = width_shapes(d)
+        gen = torch.Generator(device=device).manual_seed(d)
+        init = [torch.randn(s, device=device, generator=gen) * 0.02 for s in shapes]
+        grads = [torch.randn(s, device=device, generator=gen) * 1e-2 for s in shapes]
+        opts = {}
+        for name, make in _parity_makers(device).items():
+            ps = [torch.nn.Parameter(t.clone()) for t in init]
+            for p, g in zip(ps, grads):
+                p.grad = g.clone()
+            try:
+                opts[name] = make(ps)
+                opts[name].step()
+            except (TypeError, RuntimeError) as e:  # an option or a fused kernel this version lacks
+                print(f"d={d}: {name} left out ({str(e).splitlines()[0][:120]})")
+                opts.pop(name, None)
+        times = {name: [] for name in opts}
+        for _ in range(reps):
+            for name, opt in opts.items():
+                times[name].append(time_fn(opt.step, device, warmup=0, reps=1))
+
+        def med(xs):
+            return sorted(xs)[len(xs) // 2]
+
+        def ratio(a, b, times=times):
+            return med([x / y for x, y in zip(times[a], times[b])]) if b in times else float("nan")
+
+        for name in opts:
+            if name.startswith("torch"):
+                continue
+            ref = "torch SGD" if PARITY[name][0] == "SGD" else "torch AdamW"
+            rows.append({"d": d, "optimizer": name, "step ms": med(times[name]), "torch": ref,
+                         "torch foreach ms": med(times[f"{ref} (foreach)"]),
+                         "torch fused ms": med(times[f"{ref} (fused)"]) if f"{ref} (fused)" in times else float("nan"),
+                         "/ torch foreach": ratio(name, f"{ref} (foreach)"),
+                         "/ torch fused": ratio(name, f"{ref} (fused)")})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -502,6 +572,9 @@ def main() -> None:
                         help="with --widths: comma-separated optimizer names (as in the table); time only those "
                              "(torch AdamW is always timed)")
 
+    parser.add_argument("--parity-widths", default=None,
+                        help="comma-separated widths: eager step of AdamW, SGD, Lion, Signum against torch's AdamW / "
+                             "SGD (foreach and fused), interleaved rounds, medians of per-round ratios")
     parser.add_argument("--compile-widths", default=None,
                         help="comma-separated widths: eager and torch.compile-d steps of --presets and their torch "
                              "counterparts, compile time, graph breaks, recompiles")
@@ -514,6 +587,27 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.parity_widths:
+        try:
+            widths = [int(w) for w in args.parity_widths.split(",")]
+            if not widths or min(widths) < 8:
+                raise ValueError
+        except ValueError:
+            parser.error(f"--parity-widths must be comma-separated integers >= 8, got {args.parity_widths!r}")
+        load = os.getloadavg()
+        rows = bench_parity(widths, args.device, args.reps)
+        env = environment()
+        text = (
+            f"### optim: eager parity of the plain presets with torch (2-layer LLaMA, vocab 2048), interleaved "
+            f"rounds\n\ndevice: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · "
+            f"{env['date']} · load average {load[0]:.1f} (start), {os.getloadavg()[0]:.1f} (end)\n\n"
+            f"command: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
+        )
+        print(text)
+        if not args.no_write:
+            key = "cuda" if args.device.startswith("cuda") else "cpu"
+            write_section(f"optim-parity-{key}-{args.parity_widths}", text)
+        return
     if args.compile_widths:
         try:
             widths = [int(w) for w in args.compile_widths.split(",")]

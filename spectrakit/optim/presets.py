@@ -53,7 +53,8 @@ SpectraLion = _preset(
 _PLAIN = "Plain optimizer (post='none', alpha = 1), the same pipeline; see :class:`Spectra`."
 AdamW = _preset(
     "AdamW",
-    "AdamW (Loshchilov & Hutter 2019), equal to torch.optim.AdamW. " + _PLAIN,
+    "AdamW (Loshchilov & Hutter 2019), equal to torch.optim.AdamW (CPU float32/float64: torch's fused kernel, "
+    "bit for bit, see spectrakit.optim.fused; ``check_finite=False`` drops the non-finite check). " + _PLAIN,
     base="adamw",
     post="none",
     weight_decay=1e-2,
@@ -63,7 +64,8 @@ Signum = _preset(
 )
 SGD = _preset(
     "SGD",
-    "SGD with momentum (torch.optim.SGD rule, decoupled weight decay). " + _PLAIN,
+    "SGD with momentum (torch.optim.SGD rule, decoupled weight decay; CPU float32/float64 without dampening: "
+    "torch's fused kernel, see spectrakit.optim.fused). " + _PLAIN,
     base="sgd",
     post="none",
     weight_decay=0.0,

@@ -11,13 +11,19 @@ For every parameter ``X`` with a gradient ``g`` (matrices: ndim >= 2, conv kerne
 
 Implementation of one ``step()`` (no host-device synchronisation anywhere):
 
+0. a plain AdamW/SGD group on CPU (``post="none"``, alpha = 1, float32/float64, a number ``lr``, eager) is
+   stepped by torch's fused kernel instead of steps 2-5 (:mod:`spectrakit.optim.fused`; ``torch_kernel=False``
+   turns this off), with the flag of step 1 as its ``found_inf``; a group with ``check_finite=False`` is
+   left out of step 1 (its gradients are not read, its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
    kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower);
 2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
    group form one flat batch; with an element-wise update, ``post="none"``, the CPU batches of one dtype
    and ``alpha`` form one flat batch, see :meth:`Spectra._plan`); the gradients of a batch are copied into
    ONE work tensor (fp32 for bf16/fp16 parameters, else the parameter dtype) (stacked ``(B, m, n)`` or
-   concatenated) with their non-finite entries zeroed (one ``nan_to_num(out=)`` pass per tensor on CPU);
+   concatenated), all zeros on a skipped step (``where(out=)`` on CPU) or, for a base that never squares
+   it (``squares = False``: Signum, SGD, Lion, EMA), with only its non-finite entries zeroed (one
+   ``nan_to_num(out=)`` pass, the cost of a copy);
 3. the base direction updates the fp32 states and overwrites the work tensor with ``U`` (see
    :mod:`spectrakit.optim.bases`; for an identity post-transform it also applies ``-lr alpha ok``). On CPU
    a chaining base (AdamW) runs the whole element-wise pipeline tensor by tensor (grad copy, moments,
@@ -30,7 +36,8 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
 5. ``p <- p * (1 - lr wd ok) + (-lr alpha ok) * post(U)`` with two ``_foreach`` calls, ``alpha`` from
    :meth:`Spectra._update_scale` (overridable: a sharded subclass uses the global shape).
 
-Every step is bit-identical to the plain sequence (copy, zero non-finite entries, base direction with
+Outside the fused route of step 0 (which gives torch's fused numbers), every step is bit-identical to the
+plain sequence (copy, zero non-finite entries, base direction with
 ``torch._foreach_*``, transform, scale, decay, add): the CPU shortcuts only remove copies, dispatches and
 memory traffic, never reorder floating-point operations (tests/optim/test_step_paths.py). Reordering them
 (e.g. ``m / (sqrt(v) + eps sqrt(bc2))`` for Adam, or a fused ``addcmul`` update) would save 2-4 more
@@ -86,6 +93,7 @@ from spectrakit._checks import check_choice, check_int, check_scalar, value_chec
 from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, state_dtype
+from spectrakit.optim.fused import fused_base, fused_step_
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
     LMO_POSTS,
@@ -212,6 +220,18 @@ class Spectra(torch.optim.Optimizer):
             direction is already a sign). ``b`` > 0 finite; ignored by the other post-transforms. The radius
             is ``c`` with its schedule, so ``||delta W||_2 <= lr alpha c`` (without weight decay; to the
             1e-3 relative accuracy of the polar routes, tested on spiked and rank-deficient directions).
+        check_finite: True (default): a step whose checked gradients hold an inf/nan (or an entry above
+            ``GRAD_BOUND``) is skipped and counted (module docstring); the check reads every gradient once
+            (``aminmax``), which costs 10-30% of a memory-bound element-wise step. False: this group's
+            gradients are not checked and its step is never skipped for them, as in ``torch.optim`` (a bad
+            gradient then reaches the parameters); the faster choice where the gradients are known finite
+            (e.g. checked by a ``GradScaler`` or a gradient-norm clip beforehand).
+        torch_kernel: True (default): a plain AdamW or SGD group (``post="none"``, alpha = 1, no pre/vector clip,
+            SGD without dampening) on CPU float32/float64 tensors with a number ``lr`` takes torch's fused
+            kernel, the numbers of ``torch.optim.AdamW(fused=True)`` / ``torch.optim.SGD(fused=True)``
+            (:mod:`spectrakit.optim.fused`; one pass over memory instead of ~10). False: the general
+            pipeline, whose rounding is the same on every device and code path. (Not called ``fused``:
+            trainers such as torchtitan pass torch's ``fused``/``foreach`` switches, which are not ours.)
         **base_kwargs: hyperparameters of the base direction (e.g. ``betas``, ``eps``, ``momentum``,
             ``nesterov``, ``dampening``, ``alpha``, ``gamma``); unknown names raise TypeError.
 
@@ -249,6 +269,8 @@ class Spectra(torch.optim.Optimizer):
         regularizer: str = "frobenius",
         b: float = 1.0,
         p: float | None = None,
+        check_finite: bool = True,
+        torch_kernel: bool = True,
         **base_kwargs,
     ):
         check_choice(base, "base", BASES)
@@ -278,6 +300,8 @@ class Spectra(torch.optim.Optimizer):
             regularizer=regularizer,
             b=b,
             p=p,
+            check_finite=check_finite,
+            torch_kernel=torch_kernel,
             **BASES[base].defaults,
         )
         defaults.update(base_kwargs)
@@ -348,6 +372,9 @@ class Spectra(torch.optim.Optimizer):
         whose ``inf`` turns that clip off. ``lr`` may be a 0-d real tensor (as in ``torch.optim.Muon``): its
         value is checked here except ``at_step`` (where reading it would be a host sync)."""
         check_finite_hyperparameters(group)
+        for key in ("check_finite", "torch_kernel"):
+            if not isinstance(group[key], bool):
+                raise TypeError(f"{key} must be True or False, got {group[key]!r}")
         check_choice(group["post"], "post", POST_TRANSFORMS)
         check_choice(group["pre"], "pre", PRE_TRANSFORMS)
         lr = group["lr"]
@@ -424,6 +451,8 @@ class Spectra(torch.optim.Optimizer):
         for g in self.param_groups:
             g["skipped_steps"] = g["skipped_steps"].clone()
             g.setdefault("capturable", True)
+            g.setdefault("check_finite", True)  # state dicts saved before these options existed
+            g.setdefault("torch_kernel", True)
             g["steps_taken"] = _counter(g.get("steps_taken", 0))
             self._validate(g)
 
@@ -614,11 +643,12 @@ class Spectra(torch.optim.Optimizer):
         without host synchronisation, which this step is) for the same reason: ``torch.compile`` sets it to True
         in the groups of an optimizer it traces, and a changed group would invalidate the first graph."""
         base = BASES[group["base"]]
+        warm = POST_TRANSFORMS[group["post"]] is not None or group["pre_c"] is not None
         matrices = set()
         for p in group["params"]:
             if p.grad is not None and p.numel() > 0:
                 self._state(p, base)
-                if p.ndim >= 2:
+                if warm and p.ndim >= 2:
                     matrices.add((p.device, state_dtype(p.dtype)))
         for dev, wdt in matrices:
             self._warm_transforms(group, dev, wdt)
@@ -680,21 +710,31 @@ class Spectra(torch.optim.Optimizer):
             self._check_step_hyperparameters(i, group)
         for group in self.param_groups:
             self._init_group(group)
-        ok = self._finite_flag(grads)
+        checked = [p.grad for g in self.param_groups if g["check_finite"] for p in g["params"]
+                   if p.grad is not None and p.numel() > 0]
+        ok = self._finite_flag(checked) if checked else None  # None: no gradient is checked
+        hyper = None
         for group in self.param_groups:  # tensor hyperparameters (a tensor lr): folded in, never read
-            ok = ok * self._tensor_hyper_flag(group, ok.device)
+            if isinstance(group["lr"], torch.Tensor):
+                device = grads[0].device if ok is None else ok.device
+                f = self._tensor_hyper_flag(group, device)
+                hyper = f if hyper is None else hyper * f.to(hyper.device, non_blocking=True)
+        if hyper is not None:
+            ok = hyper if ok is None else ok * hyper.to(ok.device, non_blocking=True)
         self._post_flags.clear()
-        for group in self.param_groups:
-            self._step_group(group, ok)
+        for group in self.param_groups:  # an unchecked group still follows a bad tensor lr
+            self._step_group(group, ok if group["check_finite"] else hyper)
         taken = ok
         for f in self._post_flags:  # a batch whose post-transform gave a non-finite update was not applied
-            taken = taken * f.to(ok.device, non_blocking=True)
+            taken = f if taken is None else taken * f.to(taken.device, non_blocking=True)
         self._post_flags.clear()
-        skipped = (1 - taken).to(torch.int64)
+        if taken is not None:
+            skipped = (1 - taken).to(torch.int64)
         for group in self.param_groups:
-            if group["skipped_steps"].device != ok.device:
-                group["skipped_steps"] = group["skipped_steps"].to(ok.device)
-            group["skipped_steps"].add_(skipped)
+            if taken is not None:
+                if group["skipped_steps"].device != taken.device:
+                    group["skipped_steps"] = group["skipped_steps"].to(taken.device)
+                group["skipped_steps"].add_(skipped)
             group["steps_taken"] += 1
         return loss
 
@@ -735,7 +775,15 @@ class Spectra(torch.optim.Optimizer):
             return int(group["steps_taken"])
         return group["warmup_steps"]
 
-    def _step_group(self, group: dict, ok: torch.Tensor) -> None:
+    def _step_group(self, group: dict, ok: torch.Tensor | None) -> None:
+        """One step of ``group``; ``ok``: the step's 0-d fp32 flag (1 take, 0 skip), or None where nothing
+        can cancel it (``check_finite=False`` and a Python-number ``lr``)."""
+        if group["torch_kernel"]:
+            params = [p for p in group["params"] if p.grad is not None and p.numel() > 0]
+            fb = fused_base(group, params)
+            if fb is not None:  # torch's fused kernel (spectrakit.optim.fused)
+                fused_step_(fb, group, params, [self.state[p] for p in params], ok)
+                return
         base = BASES[group["base"]]
         k, lr = self._schedule_step(group), group["lr"]
         # the warm-up rule c_k = c peak_lr / lr_k needs lr_k's value: a tensor lr is read during warm-up only
@@ -761,7 +809,8 @@ class Spectra(torch.optim.Optimizer):
             # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
             pdt = self._compute_dtype(group, dev)
             per_tensor = self._per_tensor(dev)
-            ok_d = ok.to(device=dev, dtype=wdt, non_blocking=True)
+            ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
+                    else ok.to(device=dev, dtype=wdt, non_blocking=True))
             grads = [p.grad for p in params]
             if kind == "matrix":
                 buf = torch.empty((len(params), *shape), dtype=wdt, device=dev)
@@ -783,10 +832,18 @@ class Spectra(torch.optim.Optimizer):
             # the work copy is the gradient when the step is taken and 0 when it is skipped (ok = 0: non-finite or
             # huge entries), so that the cancelled update stays finite
             ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
-            if chain and all(g.dtype == wdt for g in grads):
+            if chain and all(g.dtype == wdt for g in grads) and getattr(base, "squares", True):
 
                 def load(i, views=views, grads=grads, ok_b=ok_b, zero=zero):
                     torch.where(ok_b, grads[i], zero, out=views[i])
+
+            elif chain and all(g.dtype == wdt for g in grads):
+                # a base that never squares the gradient (Signum, SGD, Lion, EMA) needs only its non-finite
+                # entries zeroed: a skipped step's weights (0) then cancel any finite entry exactly. One
+                # nan_to_num pass costs what a copy costs (where(): 1.4-3.5x more, measured on CPU)
+
+                def load(i, views=views, grads=grads):
+                    torch.nan_to_num(grads[i], nan=0.0, posinf=0.0, neginf=0.0, out=views[i])
 
             elif per_tensor and all(g.dtype == wdt for g in grads):  # finite work copy: one fused pass
                 for v, g in zip(views, grads):
@@ -797,12 +854,17 @@ class Spectra(torch.optim.Optimizer):
             if chain and identity:
                 decay = 1 - lr_wd * ok_d if _nonzero(lr_wd) else None
 
-                def store(i, params=params, views=views, decay=decay):
+                def store(i, scale=None, params=params, views=views, decay=decay):
                     if decay is not None:
                         params[i].mul_(decay)
-                    params[i].add_(views[i])
+                    if scale is None:
+                        params[i].add_(views[i])
+                    else:  # the base left its (exact) scaling to this pass
+                        params[i].addcmul_(views[i], scale)
 
-            w = Work(views, buf, kind == "matrix", per_tensor, load, store)
+            # (a traced step allocates its temporaries: no buffer kept on the optimizer inside a graph)
+            scratch = None if torch.compiler.is_compiling() else self._scratch
+            w = Work(views, buf, kind == "matrix", per_tensor, load, store, scratch)
 
             # (1) pre-transform of the raw gradient
             if pre_c_k is not None:
@@ -849,6 +911,17 @@ class Spectra(torch.optim.Optimizer):
                 deltas = views
             # (identity post-transform: the base applied scale)
             self._apply_update(params, deltas, lr_wd, ok_d, None if identity else scale, per_tensor, upd)
+
+    def _scratch(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A 1-D buffer of at least ``numel`` elements, kept across steps (not in ``state_dict``): the
+        temporaries of the per-tensor bodies (:meth:`Work.scratch`, Lion's interpolation). At most one
+        parameter's size per (dtype, device); allocating it afresh each step costs page faults on CPU."""
+        cache = self.__dict__.setdefault("_scratch_bufs", {})
+        key = (dtype, str(device))
+        buf = cache.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
+        return buf
 
     @staticmethod
     def _finite_(x: torch.Tensor) -> torch.Tensor:

@@ -33,15 +33,25 @@ def _llama_params(seed: int = 0) -> list[torch.nn.Parameter]:
     return params
 
 
-@pytest.mark.parametrize("name", ["SpectraAdamW", "AdamW", "SpectraSignum"])
-def test_step_peak_extra_is_one_largest_parameter(name):
+@pytest.mark.parametrize("name,kw", [("SpectraAdamW", {}), ("AdamW", dict(torch_kernel=False)), ("SpectraSignum", {})])
+def test_step_peak_extra_is_one_largest_parameter(name, kw):
     params = _llama_params()
     largest = max(p.numel() * p.element_size() for p in params)
-    opt = getattr(O, name)(params, lr=1e-3)
+    opt = getattr(O, name)(params, lr=1e-3, **kw)
     opt.step()  # states allocated here
     peak = cpu_peak_extra_bytes(opt.step)
     assert peak <= 1.05 * largest, (name, peak / largest)
     assert peak >= largest  # the work copy of the largest parameter (sanity of the measurement)
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SGD"])
+def test_fused_route_has_no_work_copy(name):
+    """Plain AdamW/SGD on CPU take torch's fused kernel (spectrakit.optim.fused): no work copy at all, a few
+    0-d flags (the non-finite check) and nothing of a parameter's size."""
+    params = _llama_params()
+    opt = getattr(O, name)(params, lr=1e-3)
+    opt.step()
+    assert cpu_peak_extra_bytes(opt.step) <= 4096
 
 
 @pytest.mark.parametrize("kw", [dict(post="spectral_lmo", regularizer="schatten", p=3.0, b=0.1),

@@ -62,7 +62,8 @@ def test_per_tensor_and_multi_tensor_paths_are_bit_identical(base, hp, post, dty
     states, and both skip the bad step. (The step-by-step math is checked against independent references
     in test_bases.py / test_spectra.py; this pins that the CPU shortcuts reorder no rounding.)"""
     init = [torch.randn(s).to(dtype) for s in SHAPES]
-    kw = dict(base=base, post=post, lr=1e-2, weight_decay=0.1, c=1.0, **hp)
+    # torch_kernel=False: our pipeline (the fused route, torch's kernel, is checked in test_fused.py)
+    kw = dict(base=base, post=post, lr=1e-2, weight_decay=0.1, c=1.0, torch_kernel=False, **hp)
     pa, oa = _run(O.Spectra, init, 8, 0, bad_step=4, **kw)
     pb, ob = _run(_MultiTensor, init, 8, 0, bad_step=4, **kw)
     assert all(torch.equal(a, b) for a, b in zip(pa, pb))
@@ -77,7 +78,7 @@ def test_merged_flat_batch_is_bit_identical(scale, dtype):
     """``post="none"`` merges the CPU batches of one (dtype, alpha) into one flat batch: the parameters and
     states are bit-identical to the per-shape batches, also when ``alpha`` differs across shapes."""
     init = [torch.randn(s).to(dtype) for s in SHAPES]
-    kw = dict(base="adamw", post="none", lr=1e-2, weight_decay=0.1, scale=scale)
+    kw = dict(base="adamw", post="none", lr=1e-2, weight_decay=0.1, scale=scale, torch_kernel=False)
     pa, oa = _run(O.Spectra, init, 6, 1, bad_step=2, **kw)
     pb, ob = _run(_Unmerged, init, 6, 1, bad_step=2, **kw)
     assert all(torch.equal(a, b) for a, b in zip(pa, pb))
