@@ -309,6 +309,7 @@ class Spectra(torch.optim.Optimizer):
         # attribute assignment on the optimizer inside a traced step
         self._post_flags: list[torch.Tensor] = []
         self._warmed: set = set()
+        self._scratch_bufs: dict = {}
         super().__init__(params, defaults)
 
     # ------------------------------------------------------------------ param groups and validation
@@ -916,7 +917,7 @@ class Spectra(torch.optim.Optimizer):
         """A 1-D buffer of at least ``numel`` elements, kept across steps (not in ``state_dict``): the
         temporaries of the per-tensor bodies (:meth:`Work.scratch`, Lion's interpolation). At most one
         parameter's size per (dtype, device); allocating it afresh each step costs page faults on CPU."""
-        cache = self.__dict__.setdefault("_scratch_bufs", {})
+        cache = self._scratch_bufs
         key = (dtype, str(device))
         buf = cache.get(key)
         if buf is None or buf.numel() < numel:
