@@ -455,7 +455,9 @@ def soft_clip(X: torch.Tensor, c, *, method: str = "polar", steps: int | None = 
     ns = method in ("newton_schulz", "newton_schulz_early_exit")
     # (a tensor numerator: a Python float over a tensor is computed as c * (1 / s), and 1 / s overflows)
     # (a Python threshold becomes a device tensor by a fill, not a host-to-device copy: CUDA graphs allow fills)
-    ct = ct.to(sdt) if isinstance(ct, torch.Tensor) else torch.full((), ct, dtype=sdt, device=X.device)
+    if not isinstance(ct, torch.Tensor):  # (beyond the dtype's range: inf, as a conversion gives; capped below)
+        ct = torch.full((), ct if ct <= torch.finfo(sdt).max else float("inf"), dtype=sdt, device=X.device)
+    ct = ct.to(sdt)
     ct = to_unit(ct, sc).clamp_max(torch.finfo(sdt).max / 4)
     ct = ct.to(cdt if ns or cdt == torch.float64 else torch.float32)
     if ns:
