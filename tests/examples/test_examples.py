@@ -3,9 +3,9 @@ standard-library sources); the Lightning module trains exactly like the plain lo
 2 and 4 gloo processes and resume from their DCP checkpoints to the same losses as an uninterrupted run.
 Examples whose framework is missing are skipped, naming the package.
 
-The plain loop runs in a fresh interpreter as a user starts it, and the FSDP2 example under torchrun (soak
-tier); the other runs fork each process from a server that has imported torch once (``fork_ranks``), which
-takes the interpreter start-up (most of each run's time at 3 steps) out of every run after the first."""
+The default tier forks each process from a server that has imported torch once (``fork_ranks``), which takes
+the interpreter start-up (most of a 3-step run's time) out of every run after the first; the soak tier starts
+the scripts as a user does, in fresh interpreters (the compiled runs against eager ones) and under torchrun."""
 
 from __future__ import annotations
 
@@ -80,10 +80,10 @@ def needs(module: str):
 
 @pytest.fixture(scope="module")
 def nanogpt_out(data_env):
-    """The plain loop's output, 3 steps with diagnostics at every step, from a fresh interpreter (as a user
-    runs the script): checked by ``test_nanogpt_style``, and the reference of the Lightning module."""
+    """The plain loop's output, 3 steps with diagnostics at every step: checked by ``test_nanogpt_style``, and
+    the reference of the Lightning module."""
     env, data = data_env
-    return run([sys.executable, "examples/nanogpt_style.py", "--steps", "3", "--diagnostics-every", "1", *data],
+    return run_forked([sys.executable, "examples/nanogpt_style.py", "--steps", "3", "--diagnostics-every", "1", *data],
                env)
 
 
