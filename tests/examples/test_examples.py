@@ -206,7 +206,6 @@ def test_hf_trainer_compiled(data_env):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
 def test_fsdp2_torchrun_resumes_exactly(data_env, tmp_path):
     """3 of 5 steps, checkpoint, resume for the last 2: the same losses as 5 uninterrupted steps. The ranks
     start with torchrun's variables (``launch``); torchrun itself runs the script in
