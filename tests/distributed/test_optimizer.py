@@ -1,6 +1,6 @@
 """The sharded optimizers against the single-process optimizer on the same global batch.
 
-2 gloo processes, 20 steps, AdamW / SpectraAdamW / SpectraSignum / Muon under DDP (post-transform split
+2 gloo processes, ``workers.STEPS`` steps, AdamW / SpectraAdamW / SpectraSignum / Muon under DDP (post-transform split
 across ranks, results exchanged) and FSDP2 (DTensor shards, all-to-all to the owner and back), plus HSDP
 (2-D mesh), distributed checkpoint -> resume (bit-identical), and the refusals of unsupported layouts.
 The reference runs in this process with the plain ``spectrakit.optim`` classes."""
@@ -25,7 +25,7 @@ def references(workers):
     for name in NAMES:
         model = workers.make_model()
         opt = getattr(O, name)(model.parameters(), **workers.OPT_KW[name])
-        workers.train_steps(model, opt, 0, 20)
+        workers.train_steps(model, opt, 0, workers.STEPS)
         refs[name] = {n: p.detach().clone() for n, p in model.named_parameters()}
     return refs
 
@@ -56,7 +56,7 @@ def test_each_matrix_transformed_once_per_step_across_ranks(workers, optim_resul
         assert counts == [0, 0]
     else:
         per_step = 2 if "pre_c" in workers.OPT_KW[name] else 1  # the pre-clip is sharded too
-        assert sum(counts) == per_step * N_MATRICES * 20
+        assert sum(counts) == per_step * N_MATRICES * workers.STEPS
         assert min(counts) > 0  # the work is split, not repeated
 
 
@@ -72,14 +72,14 @@ def test_hsdp_2d_mesh_matches_single_process(optim_results, references):
 
 
 @pytest.mark.parametrize("name", ["SpectraAdamW", "Muon"])
-def test_checkpoint_resume_is_bit_identical(optim_results, name):
+def test_checkpoint_resume_is_bit_identical(workers, optim_results, name):
     for r in range(2):
         uninterrupted, resumed, control, step, steps_taken = optim_results[r][("ckpt", name)]
         for n in uninterrupted:
             assert torch.equal(uninterrupted[n], resumed[n]), n
-        # the control lost the optimizer state at step 10: it must differ (the check can fail)
+        # the control lost the optimizer state at the checkpoint's step: it must differ (the check can fail)
         assert any(not torch.equal(uninterrupted[n], control[n]) for n in uninterrupted)
-        assert step == 10 and steps_taken == 20
+        assert step == workers.CKPT_STEP and steps_taken == workers.STEPS
 
 
 def test_nonfinite_gradient_on_one_rank_skips_everywhere(optim_results):

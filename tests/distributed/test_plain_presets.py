@@ -28,7 +28,7 @@ def results():
 def test_plain_preset_under_fsdp2_matches_single_process(workers, results, name):
     model = workers.make_model()
     opt = getattr(O, name)(model.parameters(), **workers.OPT_KW[name])
-    workers.train_steps(model, opt, 0, 20)
+    workers.train_steps(model, opt, 0, workers.STEPS)
     ref = {n: p.detach() for n, p in model.named_parameters()}
     for r in range(2):
         got = results[r][(name, "plain")]

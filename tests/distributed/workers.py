@@ -64,6 +64,12 @@ OPT_KW = {"AdamW": dict(lr=1e-2), "SpectraAdamW": dict(lr=1e-2, c=0.5),
           "Muon": dict(lr=2e-2, post_dtype="float32")}
 
 
+# steps of the equivalence runs (the optimizer states, momenta and moments, are in play from the second step
+# on), and the step of the checkpoint in the resume runs
+STEPS = 10
+CKPT_STEP = STEPS // 2
+
+
 def train_steps(model, opt, s0, s1, rank=0, ws=1):
     for s in range(s0, s1):
         x, y = batch(s)
@@ -223,7 +229,7 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
             model = torch.nn.parallel.DistributedDataParallel(model) if mode == "ddp" else fsdp_wrap(model)
             opt = cls(model.parameters(), **kw)
             counts["matrices"] = 0
-            train_steps(model, opt, 0, 20, rank, ws)
+            train_steps(model, opt, 0, STEPS, rank, ws)
             res[(cls_name, mode)] = full_params(model)
             res[(cls_name, mode, "transformed")] = counts["matrices"]
             if mode == "fsdp2":
@@ -236,7 +242,7 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
     mesh2 = init_device_mesh("cpu", (1, ws), mesh_dim_names=("replicate", "shard"))
     model = fsdp_wrap(make_model(), mesh=mesh2)
     opt = sharded(O.SpectraAdamW)(model.parameters(), **OPT_KW["SpectraAdamW"])
-    train_steps(model, opt, 0, 20, rank, ws)
+    train_steps(model, opt, 0, STEPS, rank, ws)
     res[("SpectraAdamW", "hsdp")] = full_params(model)
 
     # checkpoint -> resume -> continue, bit-identical; control: a fresh optimizer without loading
@@ -245,19 +251,19 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
         path = f"{ckpt_dir}/{cls_name}"
         model = fsdp_wrap(make_model())
         opt = cls(model.parameters(), **OPT_KW[cls_name])
-        train_steps(model, opt, 0, 10, rank, ws)
-        save_checkpoint(path, model, opt, extra={"step": torch.tensor(10)})
-        train_steps(model, opt, 10, 20, rank, ws)
+        train_steps(model, opt, 0, CKPT_STEP, rank, ws)
+        save_checkpoint(path, model, opt, extra={"step": torch.tensor(CKPT_STEP)})
+        train_steps(model, opt, CKPT_STEP, STEPS, rank, ws)
         uninterrupted = full_params(model)
         model2 = fsdp_wrap(make_model(seed=1))  # different init: the load must overwrite it
         opt2 = cls(model2.parameters(), **OPT_KW[cls_name])
         extra = load_checkpoint(path, model2, opt2, extra={"step": torch.tensor(0)})
-        train_steps(model2, opt2, 10, 20, rank, ws)
+        train_steps(model2, opt2, CKPT_STEP, STEPS, rank, ws)
         model3 = fsdp_wrap(make_model())  # control: same init, no checkpoint (optimizer state lost)
         opt3 = cls(model3.parameters(), **OPT_KW[cls_name])
-        train_steps(model3, opt3, 0, 10, rank, ws)
+        train_steps(model3, opt3, 0, CKPT_STEP, rank, ws)
         opt3 = cls(model3.parameters(), **OPT_KW[cls_name])
-        train_steps(model3, opt3, 10, 20, rank, ws)
+        train_steps(model3, opt3, CKPT_STEP, STEPS, rank, ws)
         res[("ckpt", cls_name)] = (uninterrupted, full_params(model2), full_params(model3),
                                    int(extra["step"]), opt2.param_groups[0]["steps_taken"])
 
@@ -343,7 +349,7 @@ def plain_fsdp_suite(rank: int, ws: int) -> dict:
         for label, cls in (("plain", getattr(O, cls_name)), ("sharded", sharded(getattr(O, cls_name)))):
             model = fsdp_wrap(make_model())
             opt = cls(model.parameters(), **OPT_KW[cls_name])
-            train_steps(model, opt, 0, 20, rank, ws)
+            train_steps(model, opt, 0, STEPS, rank, ws)
             res[(cls_name, label)] = full_params(model)
             res[(cls_name, label, "class")] = (isinstance(opt, ShardedSpectraMixin), isinstance(opt, cls))
     model = fsdp_wrap(make_model())

@@ -1,17 +1,25 @@
 """Every script in examples/ runs end to end with ``--steps 3`` on a small offline corpus (real Python
-standard-library sources); the Lightning module trains exactly like the plain loop; the FSDP2 example runs on
-2 gloo processes under torchrun and resumes from its DCP checkpoint to the same losses as an uninterrupted run.
-Examples whose framework is missing are skipped, naming the package."""
+standard-library sources); the Lightning module trains exactly like the plain loop; the FSDP2 examples run on
+2 and 4 gloo processes and resume from their DCP checkpoints to the same losses as an uninterrupted run.
+Examples whose framework is missing are skipped, naming the package.
+
+The default tier forks each process from a server that has imported torch once (``fork_ranks``), which takes
+the interpreter start-up (most of a 3-step run's time) out of every run after the first; the soak tier starts
+the scripts as a user does, in fresh interpreters (the compiled runs against eager ones) and under torchrun."""
 
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing
 import os
 import pickle
 import re
+import runpy
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
@@ -20,6 +28,7 @@ from spectrakit.data.tokens import prepare
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
+RANK_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_main.py")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +49,19 @@ def data_env(tmp_path_factory):
 
 
 def run(args, env, timeout=300):
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    """``args`` in a fresh interpreter (``subprocess``); fails the test unless it exits 0; returns stdout."""
+    return _checked(subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout))
+
+
+def run_forked(args, env, timeout=300):
+    """``run`` with the script in a process forked from the fork server (``fork_ranks``): the same script,
+    arguments, environment and output, without importing torch again."""
+    proc, _ = fork_ranks(args, [env], timeout)
+    return _checked(proc)
+
+
+def _checked(proc) -> str:
+    args = proc.args
     if proc.returncode != 0:
         errors = [ln for ln in proc.stderr.splitlines() if re.search(r"rror|terminate|what\(\)|Abort", ln)]
         pytest.fail(f"{' '.join(args[-12:])} exited {proc.returncode}:\n" + "\n".join(errors[:40])
@@ -57,10 +78,17 @@ def needs(module: str):
                               reason=f"needs {module} (pip install 'spectrakit[examples]')")
 
 
-def test_nanogpt_style(data_env):
+@pytest.fixture(scope="module")
+def nanogpt_out(data_env):
+    """The plain loop's output, 3 steps with diagnostics at every step: checked by ``test_nanogpt_style``, and
+    the reference of the Lightning module."""
     env, data = data_env
-    out = run([sys.executable, "examples/nanogpt_style.py", "--steps", "3", "--diagnostics-every", "1", *data],
-              env)
+    return run_forked([sys.executable, "examples/nanogpt_style.py", "--steps", "3", "--diagnostics-every", "1", *data],
+               env)
+
+
+def test_nanogpt_style(nanogpt_out):
+    out = nanogpt_out
     assert "embed.weight" in out and "adamw/soft_clip" in out  # the parameter table
     assert len(losses(out)) == 2 and all(0 < v < 10 for v in losses(out))
     assert len(re.findall(r"max \|\|U\|\|_2", out)) == 3
@@ -79,11 +107,10 @@ def test_nanogpt_style_compiled_matches_eager(data_env):
 
 
 @needs("lightning")
-def test_lightning_module_matches_the_plain_loop(data_env):
+def test_lightning_module_matches_the_plain_loop(data_env, nanogpt_out):
     env, data = data_env
-    out = run([sys.executable, "examples/lightning_module.py", "--steps", "3", *data], env)
-    plain = run([sys.executable, "examples/nanogpt_style.py", "--steps", "3", "--diagnostics-every", "1",
-                 *data], env)
+    out = run_forked([sys.executable, "examples/lightning_module.py", "--steps", "3", *data], env)
+    plain = nanogpt_out
     final = float(re.search(r"final loss ([0-9.]+)", out).group(1))
     assert final == pytest.approx(losses(plain)[-1], abs=1e-4)  # same model, data, optimizer and schedule
     diag = re.findall(r"step \d+: max .*", out)
@@ -103,29 +130,69 @@ def test_lightning_module_compiled(data_env):
 @needs("accelerate")
 def test_hf_trainer(data_env):
     env, data = data_env
-    out = run([sys.executable, "examples/hf_trainer.py", "--steps", "3", *data], env)
+    out = run_forked([sys.executable, "examples/hf_trainer.py", "--steps", "3", *data], env)
     assert 0 < float(re.search(r"final train loss ([0-9.]+)", out).group(1)) < 10
     assert "max ||U||_2" in out
 
 
 def launch(args, env, nproc, timeout=300):
-    """Start ``nproc`` ranks of a script directly with the variables torchrun would set (rank, world size, a
-    free local port): torchrun's own agent process, a third interpreter importing torch, is not needed for
-    the checks after the first run. Returns rank 0's completed process."""
+    """Start ``nproc`` ranks of an example script with the variables torchrun would set (rank, world size, a
+    free local port), without torchrun's agent process (``fork_ranks``). Returns rank 0's completed process
+    and every rank's exit code."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     base = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(nproc),
                 LOCAL_WORLD_SIZE=str(nproc))
-    procs = [subprocess.Popen(args, cwd=ROOT, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(nproc)]
-    try:
-        outs = [p.communicate(timeout=timeout) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-            p.communicate()
-    return subprocess.CompletedProcess(args, procs[0].returncode, *outs[0]), [p.returncode for p in procs]
+    return fork_ranks(args, [dict(base, RANK=str(r), LOCAL_RANK=str(r)) for r in range(nproc)], timeout)
+
+
+def fork_ranks(args, envs, timeout=300):
+    """Run an example script (``args``: ``[python, script, *argv]``) in ``len(envs)`` processes, process ``r``
+    with environment ``envs[r]``. Each process is forked from a fork-server process that has imported torch
+    once (``rank_main.py`` sets the environment, arguments, working directory and output files, then runs
+    the script as ``__main__``; its exit code is the process's): a fresh interpreter would import torch and
+    the distributed packages again, about 6 s of CPU per process on a loaded 2-core machine. Returns process
+    0's completed process and every exit code."""
+    multiprocessing.set_forkserver_preload(["spectrakit.distributed.launch"])  # torch, as run_workers does
+    ctx = multiprocessing.get_context("forkserver")
+    with tempfile.TemporaryDirectory(prefix="spectrakit_example_") as tmp:
+        procs, outs = [], []
+        for r, env in enumerate(envs):
+            out, err = os.path.join(tmp, f"{r}.out"), os.path.join(tmp, f"{r}.err")
+            for path in (out, err):
+                open(path, "w").close()  # there to read even if the process dies before writing
+            init = dict(ENV=env, CWD=ROOT, SCRIPT=os.path.join(ROOT, args[1]), ARGV=list(args[2:]), STDOUT=out,
+                        STDERR=err)
+            procs.append(ctx.Process(target=runpy.run_path, args=(RANK_MAIN,),
+                                     kwargs=dict(init_globals=init, run_name="_spectrakit_example_rank")))
+            procs[-1].start()
+            outs.append((out, err))
+        deadline = time.monotonic() + timeout
+        try:
+            for p in procs:
+                p.join(max(0.0, deadline - time.monotonic()))
+            if any(p.exitcode is None for p in procs):
+                pytest.fail(f"{args[1]} on {len(envs)} processes did not finish within {timeout} s")
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                    p.join(5)
+        texts = []
+        for out, err in outs:
+            with open(out) as fo, open(err) as fe:
+                texts.append((fo.read(), fe.read()))
+    codes = [p.exitcode for p in procs]
+    return subprocess.CompletedProcess(args, codes[0], *texts[0]), codes
+
+
+def ranks(args, env, nproc, timeout=300) -> str:
+    """``launch`` that fails the test unless every rank exits 0; returns rank 0's output."""
+    proc, codes = launch(args, env, nproc, timeout)
+    if codes != [0] * nproc:
+        pytest.fail(f"{args[1]} exit codes {codes}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
 
 
 @pytest.mark.soak
@@ -139,22 +206,17 @@ def test_hf_trainer_compiled(data_env):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
 def test_fsdp2_torchrun_resumes_exactly(data_env, tmp_path):
-    """3 of 5 steps, checkpoint, resume for the last 2: the same losses as 5 uninterrupted steps. The
-    uninterrupted run goes through torchrun; the interrupted one, its resumption and the hostile checkpoint
-    start the ranks directly with torchrun's variables (``launch``)."""
+    """3 of 5 steps, checkpoint, resume for the last 2: the same losses as 5 uninterrupted steps. The ranks
+    start with torchrun's variables (``launch``); torchrun itself runs the script in
+    ``test_fsdp2_example_under_torchrun`` (soak tier)."""
     env, data = data_env
     script = [sys.executable, "examples/fsdp2_torchrun.py", "--steps", "5", *data]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *script[1:]]
-    full = losses(run(torchrun, env))
+    full = losses(ranks(script, env, 2))
     ckpt = str(tmp_path / "ckpt")
 
     def two_ranks(*extra):
-        proc, codes = launch([*script, *extra], env, 2)
-        if codes != [0, 0]:
-            pytest.fail(f"exit codes {codes}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-        return proc.stdout
+        return ranks([*script, *extra], env, 2)
 
     first = two_ranks("--ckpt", ckpt, "--stop-after", "3")
     assert "ShardedSpectraAdamW on 2 processes" in first and os.path.isdir(ckpt)
@@ -175,24 +237,32 @@ def test_fsdp2_torchrun_resumes_exactly(data_env, tmp_path):
 
 
 @pytest.mark.distributed
-@pytest.mark.slow
+@pytest.mark.soak
+def test_fsdp2_example_under_torchrun(data_env):
+    """torchrun (its agent process, rendezvous and environment) runs the FSDP2 example on 2 processes to the
+    losses of the ranks started directly (``launch``), which the other FSDP2 tests use."""
+    env, data = data_env
+    script = [sys.executable, "examples/fsdp2_torchrun.py", "--steps", "3", *data]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *script[1:]]
+    under_torchrun = losses(run(torchrun, env))
+    assert len(under_torchrun) == 3 and under_torchrun == pytest.approx(losses(ranks(script, env, 2)), abs=1e-6)
+
+
+@pytest.mark.distributed
 def test_fsdp2_tp_torchrun_resumes_on_another_mesh(data_env, tmp_path):
     """--dp 2 --tp 2 for 3 steps; then 2 steps on 2x2, checkpoint, and the last step resumed on 2x1 (tensor
     parallelism off, the same data-parallel ranks and so the same batches): the same losses as the
-    uninterrupted 2x2 run (to the rounding of the other summation order)."""
+    uninterrupted 2x2 run (to the rounding of the other summation order). The ranks start with torchrun's
+    variables (``launch``; the torchrun path itself is checked by the FSDP2 example's test)."""
     env, data = data_env
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    script = ["examples/fsdp2_tp_torchrun.py", "--steps", "3", *data]
-    full = run([*torchrun, "--nproc_per_node=4", *script, "--dp", "2", "--tp", "2"], env)
+    script = [sys.executable, "examples/fsdp2_tp_torchrun.py", "--steps", "3", *data]
+    full = ranks([*script, "--dp", "2", "--tp", "2"], env, 4)
     assert "SpectraAdamW on 2x2 dp x tp" in full
     assert len(losses(full)) == 3 and all(0 < v < 10 for v in losses(full))
     ckpt = str(tmp_path / "ckpt")
-    first = run([*torchrun, "--nproc_per_node=4", *script, "--dp", "2", "--tp", "2", "--ckpt", ckpt,
-                 "--stop-after", "2"], env)
-    second = run([*torchrun, "--nproc_per_node=2", *script, "--dp", "2", "--tp", "1", "--ckpt", ckpt, "--resume"],
-                 env)
+    first = ranks([*script, "--dp", "2", "--tp", "2", "--ckpt", ckpt, "--stop-after", "2"], env, 4)
+    second = ranks([*script, "--dp", "2", "--tp", "1", "--ckpt", ckpt, "--resume"], env, 2)
     assert "resumed from step 2" in second and "on 2x1 dp x tp" in second
     assert losses(first) + losses(second) == pytest.approx(losses(full), abs=1e-4)
-    proc = subprocess.run([*torchrun, "--nproc_per_node=2", *script, "--dp", "3", "--tp", "2"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0 and "--dp * --tp must equal the number of processes (2), got 3 * 2" in proc.stderr
+    proc, codes = launch([*script, "--dp", "3", "--tp", "2"], env, 2)
+    assert codes == [2, 2] and "--dp * --tp must equal the number of processes (2), got 3 * 2" in proc.stderr

@@ -32,7 +32,7 @@ def _mine(path, text="keep me"):
         f.write(text)
 
 
-def test_force_deletes_only_what_a_comparison_wrote(tmp_path, capsys):
+def test_force_deletes_only_what_a_comparison_wrote(tmp_path, capsys, quick_plots):
     out = tmp_path / "out"
     for name in ("photos-s2023", "thesis-s1", "adamw-s9", "adamw-s0-old"):  # names that look like run folders
         _mine(out / name)
@@ -79,7 +79,7 @@ def _hold_lock(path):
     return proc
 
 
-def test_second_command_on_one_out_is_refused(tmp_path, capsys):
+def test_second_command_on_one_out_is_refused(tmp_path, capsys, quick_plots):
     out = tmp_path / "out"
     os.makedirs(out)
     holder = _hold_lock(out / runfolders.LOCK)
@@ -95,7 +95,7 @@ def test_second_command_on_one_out_is_refused(tmp_path, capsys):
     assert main(["compare", *TINY, "--out", str(out)]) == 0  # the lock ends with its process
 
 
-def test_sweep_shards_share_out_but_not_a_shard(tmp_path, capsys):
+def test_sweep_shards_share_out_but_not_a_shard(tmp_path, capsys, quick_plots):
     out = str(tmp_path / "sweep")
     with runfolders.locked(out, shared=True), runfolders.locked(out, name=f"{runfolders.LOCK}.shard-0-of-2"):
         assert main(["sweep", *TINY, "--lrs", "1e-3,2e-3", "--shard", "0/2", "--out", out]) == 2
@@ -106,7 +106,7 @@ def test_sweep_shards_share_out_but_not_a_shard(tmp_path, capsys):
     assert sorted(runfolders.read_index(out)["runs"]) == ["adamw-lr0.002-s0"]
 
 
-def test_resume_with_other_options_is_refused(tmp_path, capsys):
+def test_resume_with_other_options_is_refused(tmp_path, capsys, quick_plots):
     out = str(tmp_path / "out")
     assert main(["compare", *TINY, "--out", out]) == 0
     rows = json.load(open(os.path.join(out, "results.json")))["rows"]
@@ -121,7 +121,7 @@ def test_resume_with_other_options_is_refused(tmp_path, capsys):
     assert main(["compare", *TINY, "--steps", "8", "--out", out, "--force"]) == 0  # or start over
 
 
-def test_sweep_with_other_options_is_refused(tmp_path, capsys):
+def test_sweep_with_other_options_is_refused(tmp_path, capsys, quick_plots):
     out = str(tmp_path / "sweep")
     assert main(["sweep", *TINY, "--lrs", "1e-3", "--out", out]) == 0
     capsys.readouterr()
