@@ -26,6 +26,17 @@ def time_fn(fn: Callable[[], object], device: torch.device | str, *, warmup: int
     return time_ms(fn, device, warmup=warmup, reps=reps)
 
 
+def parse_widths(parser, text: str, flag: str) -> list[int]:
+    """Comma-separated model widths (integers >= 8) of option ``flag``; a bad value is ``parser.error``."""
+    try:
+        widths = [int(w) for w in text.split(",")]
+        if not widths or min(widths) < 8:
+            raise ValueError
+    except ValueError:
+        parser.error(f"{flag} must be comma-separated integers >= 8, got {text!r}")
+    return widths
+
+
 def command_line() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
 

@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._common import command_line, write_section  # noqa: E402
+from benchmarks._common import command_line, parse_widths, write_section  # noqa: E402
 from benchmarks.bench_optim import matmul_tflops, width_shapes  # noqa: E402
 from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
 from spectrakit.linalg import bf16_matmul_fast  # noqa: E402
@@ -225,12 +225,7 @@ def main() -> None:
                              "ours batched) instead of the optimizer steps")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
     args = parser.parse_args()
-    try:
-        widths = [int(w) for w in args.widths.split(",")]
-        if not widths or min(widths) < 8:
-            raise ValueError
-    except ValueError:
-        parser.error(f"--widths must be comma-separated integers >= 8, got {args.widths!r}")
+    widths = parse_widths(parser, args.widths, "--widths")
     if args.reps < 1:
         parser.error(f"--reps must be >= 1, got {args.reps}")
     if not 1 <= args.ns_steps <= 5:

@@ -44,7 +44,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._common import command_line, time_fn, write_section  # noqa: E402
+from benchmarks._common import command_line, parse_widths, time_fn, write_section  # noqa: E402
 from spectrakit.experiments.io import environment, markdown_table  # noqa: E402
 from spectrakit.linalg.flops import soft_clip_fast_flops_by_dtype, soft_clip_polar_flops  # noqa: E402
 from spectrakit.linalg.timing import cpu_peak_extra_bytes  # noqa: E402
@@ -588,12 +588,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.parity_widths:
-        try:
-            widths = [int(w) for w in args.parity_widths.split(",")]
-            if not widths or min(widths) < 8:
-                raise ValueError
-        except ValueError:
-            parser.error(f"--parity-widths must be comma-separated integers >= 8, got {args.parity_widths!r}")
+        widths = parse_widths(parser, args.parity_widths, "--parity-widths")
         load = os.getloadavg()
         rows = bench_parity(widths, args.device, args.reps)
         env = environment()
@@ -609,12 +604,7 @@ def main() -> None:
             write_section(f"optim-parity-{key}-{args.parity_widths}", text)
         return
     if args.compile_widths:
-        try:
-            widths = [int(w) for w in args.compile_widths.split(",")]
-            if not widths or min(widths) < 8:
-                raise ValueError
-        except ValueError:
-            parser.error(f"--compile-widths must be comma-separated integers >= 8, got {args.compile_widths!r}")
+        widths = parse_widths(parser, args.compile_widths, "--compile-widths")
         import spectrakit.optim as O
 
         presets = [p for p in args.presets.split(",") if p]
@@ -636,12 +626,7 @@ def main() -> None:
             write_section(f"optim-compile-{key}-{args.backend}-{args.compile_widths}", text)
         return
     if args.widths:
-        try:
-            widths = [int(w) for w in args.widths.split(",")]
-            if not widths or min(widths) < 8:
-                raise ValueError
-        except ValueError:
-            parser.error(f"--widths must be comma-separated integers >= 8, got {args.widths!r}")
+        widths = parse_widths(parser, args.widths, "--widths")
         load = os.getloadavg()
         only = None if args.only is None else [w.strip() for w in args.only.split(",") if w.strip()]
         rows = bench_widths(widths, args.device, args.reps, args.max_bf16_s, lmo=not args.no_lmo,
