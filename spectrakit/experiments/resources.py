@@ -14,8 +14,8 @@ tokens):
 
 Time: ``6 P + 6 L T d`` floating-point operations per trained token (forward and backward, Kaplan et al.
 2020, with the causal attention term), ``2 P + 2 L T d`` per evaluated token, divided by a rate measured on
-this machine (a 256 x 256 matrix product for about 50 ms, at a third of its speed: small models do not run
-at matrix-product speed); a rough guide, within a factor of a few.
+this machine (a 256 x 256 matrix product, 1024 x 1024 on a GPU, for about 50 ms, at a third of its speed: small
+models do not run at matrix-product speed); a rough guide, within a factor of a few.
 """
 
 from __future__ import annotations
@@ -56,18 +56,30 @@ def run_flops(cfg, *, steps: int, batch_size: int, seq_len: int, grad_accum: int
 def measured_flops_per_s(device: torch.device, seconds: float = 0.05) -> float:
     """Matrix-product rate of ``device`` (floating-point operations per second), measured for about
     ``seconds``, times :data:`ASSUMED_EFFICIENCY`."""
-    n = 256
+    n = 1024 if device.type == "cuda" else 256  # (a 256 product on a GPU measures its launch time)
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
-    count, t0 = 0, time.perf_counter()
-    while True:
+
+    def product() -> None:
         a @ b
-        count += 1
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+
+    return ASSUMED_EFFICIENCY * timed_rate(product, 2 * n**3, seconds)
+
+
+def timed_rate(fn, work_per_call: float, seconds: float) -> float:
+    """``work_per_call`` times the calls of ``fn`` per second, over about ``seconds``, after one untimed
+    call (the first product on a GPU also creates its library handles: hundreds of milliseconds, which
+    made a 50 ms measurement read an H100 as a million times too slow)."""
+    fn()
+    count, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        count += 1
         elapsed = time.perf_counter() - t0
         if elapsed >= seconds:
-            return ASSUMED_EFFICIENCY * 2 * n**3 * count / elapsed
+            return work_per_call * count / elapsed
 
 
 def available_bytes(device: torch.device) -> int | None:

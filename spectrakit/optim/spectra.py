@@ -85,7 +85,7 @@ from __future__ import annotations
 
 import functools
 import math
-from itertools import chain
+from itertools import chain, product
 
 import torch
 
@@ -135,6 +135,11 @@ def min_batch_numel(device: torch.device, post: str = "none") -> int:
 # A step whose gradients have an entry above this magnitude is skipped like a non-finite one: its square
 # (the second moments of AdamW-like bases) would overflow float32, and the moments would stay inf.
 GRAD_BOUND = 1e18
+# Smallest min(m, n) whose batch computes in bfloat16 when ``post_dtype="bfloat16"`` (hardware bf16 matmuls):
+# smaller matrices compute in the work dtype. Below it the bf16 route's extra steps and conversions cost more
+# launches than its cheaper products save: measured on an H100 (2-layer LLaMA sets, 7 interleaved rounds),
+# SpectraAdamW with bf16 was 1.24-1.26x slower than fp32 at d = 192..512 and 0.93x at d = 1024.
+BF16_MIN_DIM = 1024
 
 def _counter(value) -> torch.Tensor:
     """A group's ``steps_taken`` as a fresh 0-d int64 CPU tensor (from an int or a tensor of a saved state)."""
@@ -192,7 +197,9 @@ class Spectra(torch.optim.Optimizer):
             stay loadable with ``weights_only=True``). ``"bfloat16"`` is used only on devices whose bf16
             matmuls are hardware-accelerated (:func:`spectrakit.linalg.bf16_matmul_fast`: CUDA compute
             capability >= 8.0, CPUs with AMX; override with ``SPECTRAKIT_BF16_MATMUL=1``); elsewhere bf16
-            products are emulated (40-80x slower than fp32, measured) and the work dtype is used instead.
+            products are emulated (40-80x slower than fp32, measured) and the work dtype is used instead;
+            matrices with ``min(m, n) <`` :data:`BF16_MIN_DIM` (1024) also use the work dtype (the bf16
+            route was measured slower there on an H100: more steps and conversions, launch-bound).
             The default soft clip also keeps fp32 on CPUs with AMX (see ``optim.transforms``). The presets
             named after a published optimizer (:class:`Muon`, :class:`DMuon`) keep its bf16 arithmetic
             everywhere (``exact_bf16 = True``), so they equal ``torch.optim.Muon`` bit for bit.
@@ -646,6 +653,11 @@ class Spectra(torch.optim.Optimizer):
         base = BASES[group["base"]]
         warm = POST_TRANSFORMS[group["post"]] is not None or group["pre_c"] is not None
         matrices = set()
+        first = next((p for p in group["params"] if p.grad is not None and p.numel() > 0), None)
+        if first is not None and group["skipped_steps"].device != first.device:
+            # the counter lives where the step's skip flag is computed (the gradients' device): a traced step
+            # that moved it at its first call was recompiled at the second (measured on CUDA)
+            group["skipped_steps"] = group["skipped_steps"].to(first.device)
         for p in group["params"]:
             if p.grad is not None and p.numel() > 0:
                 self._state(p, base)
@@ -660,11 +672,14 @@ class Spectra(torch.optim.Optimizer):
         on the host at their first call and cache them, and a first call traced by ``torch.compile`` would
         break its graph there (a host read of a tensor value)."""
         post_dtype = self._compute_dtype(group, device)
+        dtypes = [post_dtype]
+        if post_dtype == torch.bfloat16 and not self.exact_bf16:
+            dtypes.append(None)  # matrices below BF16_MIN_DIM compute in the work dtype
         stages = [(group["post"], post_kwargs(group, group["post"]))]
         if group["pre_c"] is not None:
             stages.append((group["pre"], {}))
         warmed = self._warmed
-        for name, kwargs in stages:
+        for (name, kwargs), post_dtype in product(stages, dtypes):
             fn = POST_TRANSFORMS[name]
             key = (name, tuple(sorted(kwargs.items())), group["post_steps"], post_dtype, str(device), dtype)
             if fn is None or key in warmed:
@@ -809,6 +824,8 @@ class Spectra(torch.optim.Optimizer):
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
             # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
             pdt = self._compute_dtype(group, dev)
+            if pdt == torch.bfloat16 and not self.exact_bf16 and kind == "matrix" and min(shape) < BF16_MIN_DIM:
+                pdt = None  # (see BF16_MIN_DIM: small matrices are faster in the work dtype)
             per_tensor = self._per_tensor(dev)
             ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
                     else ok.to(device=dev, dtype=wdt, non_blocking=True))

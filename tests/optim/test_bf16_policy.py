@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import spectrakit.optim as O
+import spectrakit.optim.spectra as spectra_mod
 from spectrakit.linalg import bf16_matmul_override
 
 SHAPES = [(24, 40), (40, 24), (16,)]
@@ -30,9 +31,11 @@ def test_bf16_without_fast_matmuls_is_the_work_dtype(post):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_bf16_with_fast_matmuls_is_used():
-    """bf16 matmuls fast (forced): the accurate soft clip computes in bf16, so the weights differ from the
-    fp32 run, by about bf16 rounding (the update is lr * O(c) per step)."""
+def test_bf16_with_fast_matmuls_is_used(monkeypatch):
+    """bf16 matmuls fast (forced), matrices at or above BF16_MIN_DIM (lowered to 16 here): the accurate soft
+    clip computes in bf16, so the weights differ from the fp32 run, by about bf16 rounding (the update is
+    lr * O(c) per step)."""
+    monkeypatch.setattr(spectra_mod, "BF16_MIN_DIM", 16)
     a, b = _run("soft_clip_accurate", "bfloat16", True), _run("soft_clip_accurate", None, True)
     diff = max(float((x - y).abs().max()) for x, y in zip(a, b))
     assert 0 < diff < 0.1 * 0.05 * 3 * 0.1
@@ -43,3 +46,15 @@ def test_default_soft_clip_keeps_fp32_on_cpu_even_with_fast_bf16():
     request on a CPU tensor computes in fp32."""
     for a, b in zip(_run("soft_clip", "bfloat16", True), _run("soft_clip", None, True)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("min_dim", [25, 1024])
+def test_bf16_below_min_dim_is_the_work_dtype(monkeypatch, min_dim):
+    """bf16 matmuls fast, every matrix's min(m, n) = 24 below BF16_MIN_DIM: the step computes in the work
+    dtype (bit-identical to post_dtype=None); at the floor (24) bf16 is used again (the weights differ)."""
+    monkeypatch.setattr(spectra_mod, "BF16_MIN_DIM", min_dim)
+    for a, b in zip(_run("soft_clip_accurate", "bfloat16", True), _run("soft_clip_accurate", None, True)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    monkeypatch.setattr(spectra_mod, "BF16_MIN_DIM", 24)
+    a, b = _run("soft_clip_accurate", "bfloat16", True), _run("soft_clip_accurate", None, True)
+    assert max(float((x - y).abs().max()) for x, y in zip(a, b)) > 0

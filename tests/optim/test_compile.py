@@ -167,3 +167,37 @@ def test_steps_taken_counts_compiled_steps():
 @pytest.mark.parametrize("variant", list(FW))
 def test_frank_wolfe_posts_one_graph(variant):
     _assert_one_graph("SpectraSGD", False, **FW[variant])
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SpectraAdamW", "Muon"])
+def test_skip_counter_lives_on_the_gradients_device(name):
+    """``_init_group`` (run eagerly while a step is traced) puts the ``skipped_steps`` counter on the device of
+    the gradients, where the step's skip flag is computed: a CPU counter moved by the first traced call was a
+    guard failure, so every optimizer recompiled at its second call on CUDA (measured on an H100). A
+    ``meta`` parameter stands in for a GPU one here."""
+    p = torch.nn.Parameter(torch.empty(4, 3, device="meta"))
+    p.grad = torch.empty(4, 3, device="meta")
+    opt = getattr(O, name)([p], lr=1e-2)
+    assert opt.param_groups[0]["skipped_steps"].device.type == "cpu"
+    opt._init_group(opt.param_groups[0])
+    assert opt.param_groups[0]["skipped_steps"].device.type == "meta"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["AdamW", "SpectraAdamW", "Muon"])
+def test_no_recompile_on_cuda(name):
+    """On CUDA: one graph for three calls traced before the first step (``error_on_recompile``)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    dynamo.reset()
+    counters.clear()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    ps = [torch.nn.Parameter(torch.randn(s, device="cuda", generator=gen)) for s in [(16, 8), (8, 16), (8,)]]
+    step = torch.compile(getattr(O, name)(ps, lr=1e-2).step, backend="aot_eager")
+    with dynamo.config.patch(error_on_recompile=True):
+        for _ in range(3):
+            for p in ps:
+                p.grad = torch.randn(p.shape, device="cuda", generator=gen)
+            step()
+    assert counters["stats"]["unique_graphs"] == 1
+    dynamo.reset()
