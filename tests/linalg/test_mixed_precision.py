@@ -52,3 +52,29 @@ def test_accurate_split_costs_more_fp32_than_the_fast_route(m, n):
     fp32_fast, bf16_fast = flops("fast fp32 (default)", m, n)
     assert bf16_fast == 0 and bf16_mixed > 0
     assert fp32_mixed > fp32_fast
+
+
+def _worst_gram(plan, ratio: float) -> float:
+    from benchmarks.bench_soft_clip_precision import gram_route
+    from benchmarks.bench_soft_clip_precision import inputs as gpu_inputs  # (a 1e4 spike over a flat bulk)
+
+    worst = 0.0
+    for x in gpu_inputs(64, 192).values():
+        c = float(torch.linalg.matrix_norm(x.double(), 2)) / ratio
+        ref = exact(x, c)
+        out = gram_route(x.float()[None], c, plan)[0]
+        worst = max(worst, float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)))
+    return worst
+
+
+@pytest.mark.parametrize("ratio,tol", [(300.0, 1e-4), (1e3, 1e-4), (1e4, 1e-3)])
+def test_gram_route_in_float64_is_accurate_to_1e4(ratio, tol):
+    """The GPU precision benchmark's all-fp64 Gram route (10 steps) meets the accurate route's bound up to
+    ``sigma_max / c = 1e4`` (the library's ``soft_clip(dtype=float64, tall_steps=0, steps=10)``)."""
+    assert _worst_gram(["fp64"] * 10, ratio) <= tol
+
+
+def test_gram_route_bf16_hi_lo_after_fp64_steps_misses_2e_3_at_1e3():
+    """Three fp64 steps, then products of bf16 hi/lo parts (emulated on CPU): still above 2e-3 at ratio 1e3
+    (a 1e4 spike: its bulk keeps the Gram matrix ill-conditioned through the bf16 steps), as on the H100."""
+    assert _worst_gram(["fp64"] * 3 + ["bf16x3"] * 5, 1e3) > 2e-3
