@@ -33,18 +33,36 @@ def time_ms(fn: Callable[[], object], device: torch.device | str, *, warmup: int
     return times[len(times) // 2]
 
 
-def cpu_peak_extra_bytes(fn: Callable[[], object]) -> int:
-    """Peak of (bytes allocated - bytes freed) on the CPU while ``fn()`` runs, from the profiler's memory
-    events in time order: the CPU counterpart of ``torch.cuda.max_memory_allocated() - memory_allocated()``
-    (the allocation pattern of device-independent code is the same on both)."""
+def cpu_peak_extra_bytes(fn: Callable[[], object], *, python: bool = True) -> int:
+    """Peak of (bytes allocated - bytes freed) on the CPU while ``fn()`` runs: from the profiler's memory
+    events of PyTorch's allocator in time order (the CPU counterpart of ``torch.cuda.max_memory_allocated() -
+    memory_allocated()``; the allocation pattern of device-independent code is the same on both), plus the
+    peak that :mod:`tracemalloc` sees (NumPy arrays, e.g. the outputs of SciPy's LAPACK calls, and Python
+    objects; ``python=False`` leaves them out). The two peaks are added, so the figure is an upper bound
+    when both allocate; the Python objects of a step are a few tens of kB."""
+    import tracemalloc
+
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
+    started = python and not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    base = 0
+    if python:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+            # (read before the profiler's own bookkeeping at exit)
+            py_peak = tracemalloc.get_traced_memory()[1] - base if python else 0
+    finally:
+        if started:
+            tracemalloc.stop()
     events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
                     key=lambda e: e.start_ns())
     cur = peak = 0
     for e in events:
         cur += e.nbytes()
         peak = max(peak, cur)
-    return peak
+    return peak + py_peak

@@ -47,11 +47,12 @@ def test_step_peak_extra_is_one_largest_parameter(name, kw):
 @pytest.mark.parametrize("name", ["AdamW", "SGD"])
 def test_fused_route_has_no_work_copy(name):
     """Plain AdamW/SGD on CPU take torch's fused kernel (spectrakit.optim.fused): no work copy at all, a few
-    0-d flags (the non-finite check) and nothing of a parameter's size."""
+    0-d flags (the non-finite check) and nothing of a parameter's size (PyTorch's allocator; the step's
+    Python objects, some 14 kB, are left out)."""
     params = _llama_params()
     opt = getattr(O, name)(params, lr=1e-3)
     opt.step()
-    assert cpu_peak_extra_bytes(opt.step) <= 4096
+    assert cpu_peak_extra_bytes(opt.step, python=False) <= 4096
 
 
 @pytest.mark.parametrize("kw", [dict(post="spectral_lmo", regularizer="schatten", p=3.0, b=0.1),
