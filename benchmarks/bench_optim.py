@@ -441,13 +441,18 @@ def bench_compile(widths, presets, device: str, reps: int, backend: str) -> list
                 opt = _make(name, ps, cuda)
                 step, info = opt.step, {}
                 if compiled:
-                    breaks0, graphs0 = sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
+                    # graph breaks: torch._dynamo.explain of a twin optimizer (the global counters mix the runs)
+                    twin = [torch.nn.Parameter(t.clone()) for t in init]
+                    for p, g in zip(twin, grads):
+                        p.grad = g.clone()
+                    info["graph breaks"] = torch._dynamo.explain(_make(name, twin, cuda).step)().graph_break_count
+                    del twin
+                    graphs0 = counters["stats"]["unique_graphs"]
                     step = torch.compile(opt.step, backend=backend)
                     info["compile s"] = time_fn(step, device, warmup=0, reps=1) / 1e3
                     graphs1 = counters["stats"]["unique_graphs"]
                     for _ in range(3):
                         step()
-                    info["graph breaks"] = sum(counters["graph_break"].values()) - breaks0
                     info["graphs"] = graphs1 - graphs0
                     info["recompiles"] = counters["stats"]["unique_graphs"] - graphs1
                 else:

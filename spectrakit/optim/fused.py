@@ -18,9 +18,9 @@ The kernel walks the tensors in reverse order: the non-finite check has just rea
 so the last ones are still in the cache when the kernel reads them again (each tensor's update is
 independent of the others: same numbers in any order).
 
-Under ``torch.compile`` the same step is one call of a custom operator (``spectrakit::fused_adamw_step_`` /
-``spectrakit::fused_sgd_step_``, :func:`torch.library.custom_op`, declared as mutating the parameters, states and
-step counters): dynamo traces it without a graph break (torch's own fused optimizers are run outside the
+Under ``torch.compile`` the same step is one call of an operator (``spectrakit::fused_adamw_step_`` /
+``spectrakit::fused_sgd_step_``, defined with :class:`torch.library.Library`, its schema declaring the parameters,
+states and step counters mutated): dynamo traces it without a graph break (torch's own fused optimizers run outside the
 graph, and the bare ``torch._fused_adamw_`` cannot be functionalized), inductor calls it in place, and the
 compiled step computes what the eager one does, bit for bit.
 
@@ -62,13 +62,17 @@ def fused_base(group: dict, params: list[torch.Tensor]) -> str | None:
     return base
 
 
+def _advance(steps: list[torch.Tensor], ok: torch.Tensor | None) -> None:
+    """``step <- step + ok`` (1 when ``ok`` is None) with the Tensor overload of ``_foreach_add_``: no host read of
+    ``ok``, and on 0-d CPU counters about 7x faster than the Scalar overload (measured: 120 us against 17 us for
+    29 counters), which adds a Python number tensor by tensor."""
+    torch._foreach_add_(steps, torch.ones(()) if ok is None else ok, alpha=1.0)
+
+
 def _adamw_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
                 exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], ok: torch.Tensor | None, lr: float,
                 beta1: float, beta2: float, weight_decay: float, eps: float) -> None:
-    if ok is None:
-        torch._foreach_add_(steps, 1.0)
-    else:
-        torch._foreach_add_(steps, ok, alpha=1.0)  # the Tensor overload: no host read of ok
+    _advance(steps, ok)
     # the kernel reads the advanced step; on found_inf it returns before any write
     torch._fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
                         weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False, grad_scale=None,
@@ -78,10 +82,7 @@ def _adamw_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs:
 def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], momentum_buffers: list[torch.Tensor],
               steps: list[torch.Tensor], ok: torch.Tensor | None, lr: float, weight_decay: float, momentum: float,
               nesterov: bool) -> None:
-    if ok is None:
-        torch._foreach_add_(steps, 1.0)
-    else:
-        torch._foreach_add_(steps, ok, alpha=1.0)
+    _advance(steps, ok)
     if weight_decay != 0:  # decoupled decay (1 - lr wd ok) p, as the pipeline's; torch's SGD decay is coupled
         lr_wd = lr * weight_decay
         torch._foreach_mul_(params, 1.0 - lr_wd if ok is None else 1.0 - lr_wd * ok.to(params[0].dtype))
@@ -90,20 +91,20 @@ def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], momentum_bu
                       found_inf=None if ok is None else 1.0 - ok)
 
 
-# the same steps as operators that torch.compile traces in one graph (explicit schemas: the annotations above
-# are strings under ``from __future__ import annotations``)
-_adamw_op = torch.library.custom_op(
-    "spectrakit::fused_adamw_step_", _adamw_step,
-    mutates_args=("params", "exp_avgs", "exp_avg_sqs", "steps"),
-    schema="(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-           "Tensor(d!)[] steps, Tensor? ok, float lr, float beta1, float beta2, float weight_decay, float eps) -> ()")
-_sgd_op = torch.library.custom_op(
-    "spectrakit::fused_sgd_step_", _sgd_step,
-    mutates_args=("params", "momentum_buffers", "steps"),
-    schema="(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor(c!)[] steps, Tensor? ok, "
-           "float lr, float weight_decay, float momentum, bool nesterov) -> ()")
-_adamw_op.register_fake(lambda *args: None)
-_sgd_op.register_fake(lambda *args: None)
+# the same steps as operators that torch.compile traces in one graph: defined with torch.library.Library (a Python
+# kernel for every dispatch key, a fake kernel for tracing), whose call costs ~35 us for 21 parameters where a
+# ``torch.library.custom_op`` (autograd wrapper, version bumps in Python) costs ~150 us (measured on this CPU)
+_LIB = torch.library.Library("spectrakit", "FRAGMENT")
+_LIB.define("fused_adamw_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+            "Tensor(d!)[] steps, Tensor? ok, float lr, float beta1, float beta2, float weight_decay, float eps) -> ()")
+_LIB.define("fused_sgd_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor(c!)[] steps, "
+            "Tensor? ok, float lr, float weight_decay, float momentum, bool nesterov) -> ()")
+_LIB.impl("fused_adamw_step_", _adamw_step, "CompositeExplicitAutograd")
+_LIB.impl("fused_sgd_step_", _sgd_step, "CompositeExplicitAutograd")
+for _name in ("fused_adamw_step_", "fused_sgd_step_"):
+    torch.library.register_fake(f"spectrakit::{_name}", lambda *args: None, lib=_LIB)
+_adamw_op = torch.ops.spectrakit.fused_adamw_step_.default
+_sgd_op = torch.ops.spectrakit.fused_sgd_step_.default
 
 
 def fused_step_(base: str, group: dict, params: list[torch.Tensor], states: list[dict],

@@ -646,9 +646,11 @@ class Spectra(torch.optim.Optimizer):
         base = BASES[group["base"]]
         warm = POST_TRANSFORMS[group["post"]] is not None or group["pre_c"] is not None
         matrices = set()
+        state = self.state
         for p in group["params"]:
             if p.grad is not None and p.numel() > 0:
-                self._state(p, base)
+                if not state[p]:
+                    state[p].update(base.init_state(p))
                 if warm and p.ndim >= 2:
                     matrices.add((p.device, state_dtype(p.dtype)))
         for dev, wdt in matrices:
@@ -711,8 +713,9 @@ class Spectra(torch.optim.Optimizer):
             self._check_step_hyperparameters(i, group)
         for group in self.param_groups:
             self._init_group(group)
-        checked = [p.grad for g in self.param_groups if g["check_finite"] for p in g["params"]
-                   if p.grad is not None and p.numel() > 0]
+        checked = grads if all(g["check_finite"] for g in self.param_groups) else [
+            p.grad for g in self.param_groups if g["check_finite"] for p in g["params"]
+            if p.grad is not None and p.numel() > 0]
         ok = self._finite_flag(checked) if checked else None  # None: no gradient is checked
         hyper = None
         for group in self.param_groups:  # tensor hyperparameters (a tensor lr): folded in, never read
@@ -730,7 +733,7 @@ class Spectra(torch.optim.Optimizer):
             taken = f if taken is None else taken * f.to(taken.device, non_blocking=True)
         self._post_flags.clear()
         if taken is not None:
-            skipped = (1 - taken).to(torch.int64)
+            skipped = taken == 0  # (a product of 0/1 flags; one op where 1 - taken and a cast are two)
         for group in self.param_groups:
             if taken is not None:
                 if group["skipped_steps"].device != taken.device:
@@ -783,7 +786,8 @@ class Spectra(torch.optim.Optimizer):
             params = [p for p in group["params"] if p.grad is not None and p.numel() > 0]
             fb = fused_base(group, params)
             if fb is not None:  # torch's fused kernel (spectrakit.optim.fused)
-                fused_step_(fb, group, params, [self.state[p] for p in params], ok)
+                state = self.state
+                fused_step_(fb, group, params, [state[p] for p in params], ok)
                 return
         base = BASES[group["base"]]
         k, lr = self._schedule_step(group), group["lr"]
