@@ -26,7 +26,9 @@ compiled step computes what the eager one does, bit for bit.
 
 The route is taken only where it gives torch's numbers with this optimizer's state layout: CPU tensors,
 dense and contiguous, float32 or float64 parameters with gradients and states of the same dtype, a
-Python-number ``lr``.
+Python-number ``lr`` or a 0-d CPU tensor (the kernel's tensor-``lr`` form, as ``torch.optim.AdamW(fused=True,
+lr=tensor)``: a compiled step then does not recompile when a scheduler changes it in place; a non-finite or
+negative value skips the step through the same ``found_inf``).
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ def fused_base(group: dict, params: list[torch.Tensor]) -> str | None:
     base = group["base"]
     if base not in ("adamw", "sgd") or not group["torch_kernel"] or not params:
         return None
-    if group["post"] != "none" or group["vector_clip"] or group["pre_c"] is not None or isinstance(
-            group["lr"], torch.Tensor):
+    if group["post"] != "none" or group["vector_clip"] or group["pre_c"] is not None:
+        return None
+    if isinstance(group["lr"], torch.Tensor) and not group["lr"].is_cpu:
         return None
     scale = group["scale"]
     if not (scale in ("auto", "none") or (not isinstance(scale, str) and scale == 1)):
@@ -71,22 +74,28 @@ def _advance(steps: list[torch.Tensor], ok: torch.Tensor | None) -> None:
 
 def _adamw_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
                 exp_avg_sqs: list[torch.Tensor], steps: list[torch.Tensor], ok: torch.Tensor | None, lr: float,
-                beta1: float, beta2: float, weight_decay: float, eps: float) -> None:
+                lr_tensor: torch.Tensor | None, beta1: float, beta2: float, weight_decay: float, eps: float) -> None:
     _advance(steps, ok)
-    # the kernel reads the advanced step; on found_inf it returns before any write
-    torch._fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=lr, beta1=beta1, beta2=beta2,
+    # the kernel reads the advanced step; on found_inf it returns before any write (a bad tensor lr is never read:
+    # its step is skipped, Spectra._tensor_hyper_flag)
+    torch._fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, [], steps, lr=lr if lr_tensor is None else lr_tensor,
+                        beta1=beta1, beta2=beta2,
                         weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=False, grad_scale=None,
                         found_inf=None if ok is None else 1.0 - ok)
 
 
 def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], momentum_buffers: list[torch.Tensor],
-              steps: list[torch.Tensor], ok: torch.Tensor | None, lr: float, weight_decay: float, momentum: float,
-              nesterov: bool) -> None:
+              steps: list[torch.Tensor], ok: torch.Tensor | None, lr: float, lr_tensor: torch.Tensor | None,
+              weight_decay: float, momentum: float, nesterov: bool) -> None:
     _advance(steps, ok)
     if weight_decay != 0:  # decoupled decay (1 - lr wd ok) p, as the pipeline's; torch's SGD decay is coupled
-        lr_wd = lr * weight_decay
+        if lr_tensor is None:
+            lr_wd = lr * weight_decay
+        else:  # a bad value skips the step (ok = 0): keep 0 * lr finite
+            lr_wd = torch.nan_to_num(lr_tensor, nan=0.0, posinf=0.0, neginf=0.0).clamp_min(0.0) * weight_decay
         torch._foreach_mul_(params, 1.0 - lr_wd if ok is None else 1.0 - lr_wd * ok.to(params[0].dtype))
-    torch._fused_sgd_(params, grads, momentum_buffers, weight_decay=0.0, momentum=momentum, lr=lr, dampening=0.0,
+    torch._fused_sgd_(params, grads, momentum_buffers, weight_decay=0.0, momentum=momentum,
+                      lr=lr if lr_tensor is None else lr_tensor, dampening=0.0,
                       nesterov=nesterov, maximize=False, is_first_step=False, grad_scale=None,
                       found_inf=None if ok is None else 1.0 - ok)
 
@@ -96,9 +105,10 @@ def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], momentum_bu
 # ``torch.library.custom_op`` (autograd wrapper, version bumps in Python) costs ~150 us (measured on this CPU)
 _LIB = torch.library.Library("spectrakit", "FRAGMENT")
 _LIB.define("fused_adamw_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
-            "Tensor(d!)[] steps, Tensor? ok, float lr, float beta1, float beta2, float weight_decay, float eps) -> ()")
+            "Tensor(d!)[] steps, Tensor? ok, float lr, Tensor? lr_tensor, float beta1, float beta2, "
+            "float weight_decay, float eps) -> ()")
 _LIB.define("fused_sgd_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor(c!)[] steps, "
-            "Tensor? ok, float lr, float weight_decay, float momentum, bool nesterov) -> ()")
+            "Tensor? ok, float lr, Tensor? lr_tensor, float weight_decay, float momentum, bool nesterov) -> ()")
 _LIB.impl("fused_adamw_step_", _adamw_step, "CompositeExplicitAutograd")
 _LIB.impl("fused_sgd_step_", _sgd_step, "CompositeExplicitAutograd")
 for _name in ("fused_adamw_step_", "fused_sgd_step_"):
@@ -116,12 +126,13 @@ def fused_step_(base: str, group: dict, params: list[torch.Tensor], states: list
     grads = [p.grad for p in params]
     steps = [s["step"] for s in states]
     compiling = torch.compiler.is_compiling()
-    lr, wd = float(group["lr"]), float(group["weight_decay"])
+    lr, wd = group["lr"], float(group["weight_decay"])
+    lr, lr_tensor = (0.0, lr.detach()) if isinstance(lr, torch.Tensor) else (float(lr), None)
     if base == "adamw":
         b1, b2 = group["betas"]
         (_adamw_op if compiling else _adamw_step)(
-            params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps, ok, lr,
+            params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps, ok, lr, lr_tensor,
             float(b1), float(b2), wd, float(group["eps"]))
         return
-    (_sgd_op if compiling else _sgd_step)(params, grads, [s["momentum_buffer"] for s in states], steps, ok, lr, wd,
-                                          float(group["momentum"]), bool(group["nesterov"]))
+    (_sgd_op if compiling else _sgd_step)(params, grads, [s["momentum_buffer"] for s in states], steps, ok, lr,
+                                          lr_tensor, wd, float(group["momentum"]), bool(group["nesterov"]))

@@ -11,7 +11,7 @@ For every parameter ``X`` with a gradient ``g`` (matrices: ndim >= 2, conv kerne
 
 Implementation of one ``step()`` (no host-device synchronisation anywhere):
 
-0. a plain AdamW/SGD group on CPU (``post="none"``, alpha = 1, float32/float64, a number ``lr``) is
+0. a plain AdamW/SGD group on CPU (``post="none"``, alpha = 1, float32/float64, a number or CPU tensor ``lr``) is
    stepped by torch's fused kernel instead of steps 2-5 (:mod:`spectrakit.optim.fused`; ``torch_kernel=False``
    turns this off), with the flag of step 1 as its ``found_inf``; under ``torch.compile`` through an operator
    that calls the same kernel (one graph, the eager numbers); a group with ``check_finite=False`` is
@@ -228,7 +228,7 @@ class Spectra(torch.optim.Optimizer):
             gradient then reaches the parameters); the faster choice where the gradients are known finite
             (e.g. checked by a ``GradScaler`` or a gradient-norm clip beforehand).
         torch_kernel: True (default): a plain AdamW or SGD group (``post="none"``, alpha = 1, no pre/vector clip,
-            SGD without dampening) on CPU float32/float64 tensors with a number ``lr`` takes torch's fused
+            SGD without dampening) on CPU float32/float64 tensors (a number ``lr`` or a CPU tensor) takes torch's fused
             kernel, the numbers of ``torch.optim.AdamW(fused=True)`` / ``torch.optim.SGD(fused=True)``
             (:mod:`spectrakit.optim.fused`; one pass over memory instead of ~10). False: the general
             pipeline, whose rounding is the same on every device and code path. (Not called ``fused``:

@@ -226,3 +226,32 @@ def test_compiled_general_pipeline_where_the_route_does_not_apply():
     torch.compile(opt.step, backend=_recording_backend(targets))()
     assert torch.ops.spectrakit.fused_adamw_step_.default not in targets and targets
     dynamo.reset()
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SGD"])
+def test_compiled_fused_step_with_a_tensor_lr(name):
+    """A tensor lr changed in place (a scheduler of a compiled step): the fused operator, one graph for every
+    value, the eager numbers bit for bit; a nan value skips the step in both."""
+    dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(4)
+    init = [torch.randn(s, generator=gen) for s in [(6, 4), (4,)]]
+    ps, qs = [torch.nn.Parameter(x.clone()) for x in init], [torch.nn.Parameter(x.clone()) for x in init]
+    lr_p, lr_q = torch.tensor(1e-2), torch.tensor(1e-2)
+    opt, ref = getattr(O, name)(ps, lr=lr_p, weight_decay=0.1), getattr(O, name)(qs, lr=lr_q, weight_decay=0.1)
+    targets: list = []
+    step = torch.compile(opt.step, backend=_recording_backend(targets))
+    with dynamo.config.patch(error_on_recompile=True):
+        for value in (1e-2, 3e-2, float("nan"), 5e-3):
+            lr_p.fill_(value)
+            lr_q.fill_(value)
+            for p, q in zip(ps, qs):
+                p.grad = torch.randn(p.shape, generator=gen)
+                q.grad = p.grad.clone()
+            step()
+            ref.step()
+    assert getattr(torch.ops.spectrakit, f"fused_{name.lower()}_step_").default in targets
+    assert counters["stats"]["unique_graphs"] == 1
+    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
+    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 1
+    dynamo.reset()
