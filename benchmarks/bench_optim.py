@@ -26,8 +26,9 @@ dtype, and (CUDA) whether ``torch.cuda.set_sync_debug_mode("error")`` passes for
 ``--compile-widths 192`` (with ``--presets``, ``--backend``): for each preset and width, the eager step and
 the ``torch.compile``-d step (``torch.compile(opt.step)``, default inductor) of our optimizer and of its torch
 counterpart (torch AdamW for AdamW, Lion and Signum, torch SGD for SGD; foreach on CPU, fused on CUDA), in
-interleaved rounds, medians of the per-round ratios; the first compiled call's time (the compile), graph
-breaks and recompiles over the timed calls.
+interleaved rounds, medians of the per-round ratios; the first compiled call's time (the compile; set
+``TORCHINDUCTOR_CACHE_DIR`` to an empty folder for a cold compile, else inductor's caches shorten it), graph
+breaks (``torch._dynamo.explain`` of a twin optimizer) and recompiles over the timed calls.
 
 Usage: ``python benchmarks/bench_optim.py`` (GPU: the 124M LLaMA preset, d = 768, 12 layers, SwiGLU 2048,
 untied 50304 vocab; CPU: the ``small`` preset, d = 192, 2 layers, hidden 512, vocab 2048).
@@ -441,13 +442,18 @@ def bench_compile(widths, presets, device: str, reps: int, backend: str) -> list
                 opt = _make(name, ps, cuda)
                 step, info = opt.step, {}
                 if compiled:
-                    breaks0, graphs0 = sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
+                    # graph breaks: torch._dynamo.explain of a twin optimizer (the global counters mix the runs)
+                    twin = [torch.nn.Parameter(t.clone()) for t in init]
+                    for p, g in zip(twin, grads):
+                        p.grad = g.clone()
+                    info["graph breaks"] = torch._dynamo.explain(_make(name, twin, cuda).step)().graph_break_count
+                    del twin
+                    graphs0 = counters["stats"]["unique_graphs"]
                     step = torch.compile(opt.step, backend=backend)
                     info["compile s"] = time_fn(step, device, warmup=0, reps=1) / 1e3
                     graphs1 = counters["stats"]["unique_graphs"]
                     for _ in range(3):
                         step()
-                    info["graph breaks"] = sum(counters["graph_break"].values()) - breaks0
                     info["graphs"] = graphs1 - graphs0
                     info["recompiles"] = counters["stats"]["unique_graphs"] - graphs1
                 else:

@@ -11,9 +11,10 @@ For every parameter ``X`` with a gradient ``g`` (matrices: ndim >= 2, conv kerne
 
 Implementation of one ``step()`` (no host-device synchronisation anywhere):
 
-0. a plain AdamW/SGD group on CPU (``post="none"``, alpha = 1, float32/float64, a number ``lr``, eager) is
+0. a plain AdamW/SGD group on CPU (``post="none"``, alpha = 1, float32/float64, a number or CPU tensor ``lr``) is
    stepped by torch's fused kernel instead of steps 2-5 (:mod:`spectrakit.optim.fused`; ``torch_kernel=False``
-   turns this off), with the flag of step 1 as its ``found_inf``; a group with ``check_finite=False`` is
+   turns this off), with the flag of step 1 as its ``found_inf``; under ``torch.compile`` through an operator
+   that calls the same kernel (one graph, the eager numbers); a group with ``check_finite=False`` is
    left out of step 1 (its gradients are not read, its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
    kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower);
@@ -229,12 +230,12 @@ class Spectra(torch.optim.Optimizer):
             1e-3 relative accuracy of the polar routes, tested on spiked and rank-deficient directions).
         check_finite: True (default): a step whose checked gradients hold an inf/nan (or an entry above
             ``GRAD_BOUND``) is skipped and counted (module docstring); the check reads every gradient once
-            (``aminmax``), which costs 10-30% of a memory-bound element-wise step. False: this group's
-            gradients are not checked and its step is never skipped for them, as in ``torch.optim`` (a bad
-            gradient then reaches the parameters); the faster choice where the gradients are known finite
-            (e.g. checked by a ``GradScaler`` or a gradient-norm clip beforehand).
+            (``aminmax``), a separate read pass that costs 20-45% of torch's fused AdamW/SGD step on a CPU.
+            False: this group's gradients are not checked and its step is never skipped for them, as in
+            ``torch.optim`` (a bad gradient then reaches the parameters); the faster choice where the gradients
+            are known finite (e.g. checked by a ``GradScaler`` or a gradient-norm clip beforehand).
         torch_kernel: True (default): a plain AdamW or SGD group (``post="none"``, alpha = 1, no pre/vector clip,
-            SGD without dampening) on CPU float32/float64 tensors with a number ``lr`` takes torch's fused
+            SGD without dampening) on CPU float32/float64 tensors (a number ``lr`` or a CPU tensor) takes torch's fused
             kernel, the numbers of ``torch.optim.AdamW(fused=True)`` / ``torch.optim.SGD(fused=True)``
             (:mod:`spectrakit.optim.fused`; one pass over memory instead of ~10). False: the general
             pipeline, whose rounding is the same on every device and code path. (Not called ``fused``:
@@ -658,9 +659,11 @@ class Spectra(torch.optim.Optimizer):
             # the counter lives where the step's skip flag is computed (the gradients' device): a traced step
             # that moved it at its first call was recompiled at the second (measured on CUDA)
             group["skipped_steps"] = group["skipped_steps"].to(first.device)
+        state = self.state
         for p in group["params"]:
             if p.grad is not None and p.numel() > 0:
-                self._state(p, base)
+                if not state[p]:
+                    state[p].update(base.init_state(p))
                 if warm and p.ndim >= 2:
                     matrices.add((p.device, state_dtype(p.dtype)))
         for dev, wdt in matrices:
@@ -726,8 +729,9 @@ class Spectra(torch.optim.Optimizer):
             self._check_step_hyperparameters(i, group)
         for group in self.param_groups:
             self._init_group(group)
-        checked = [p.grad for g in self.param_groups if g["check_finite"] for p in g["params"]
-                   if p.grad is not None and p.numel() > 0]
+        checked = grads if all(g["check_finite"] for g in self.param_groups) else [
+            p.grad for g in self.param_groups if g["check_finite"] for p in g["params"]
+            if p.grad is not None and p.numel() > 0]
         ok = self._finite_flag(checked) if checked else None  # None: no gradient is checked
         hyper = None
         for group in self.param_groups:  # tensor hyperparameters (a tensor lr): folded in, never read
@@ -745,7 +749,7 @@ class Spectra(torch.optim.Optimizer):
             taken = f if taken is None else taken * f.to(taken.device, non_blocking=True)
         self._post_flags.clear()
         if taken is not None:
-            skipped = (1 - taken).to(torch.int64)
+            skipped = taken == 0  # (a product of 0/1 flags; one op where 1 - taken and a cast are two)
         for group in self.param_groups:
             if taken is not None:
                 if group["skipped_steps"].device != taken.device:
@@ -798,7 +802,8 @@ class Spectra(torch.optim.Optimizer):
             params = [p for p in group["params"] if p.grad is not None and p.numel() > 0]
             fb = fused_base(group, params)
             if fb is not None:  # torch's fused kernel (spectrakit.optim.fused)
-                fused_step_(fb, group, params, [self.state[p] for p in params], ok)
+                state = self.state
+                fused_step_(fb, group, params, [state[p] for p in params], ok)
                 return
         base = BASES[group["base"]]
         k, lr = self._schedule_step(group), group["lr"]

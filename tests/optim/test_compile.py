@@ -1,7 +1,8 @@
 """``torch.compile(opt.step)`` on CPU with the ``eager`` and ``aot_eager`` backends: same numbers as the
 eager step; every preset traces in one graph (no graph break), traced before or after its first step, and
 the compiled step is not recompiled on later calls (state created by ``_init_group`` while tracing, step
-counters as tensors). The regularised Frank-Wolfe posts on their CPU (Gram) route too (soak tier)."""
+counters as tensors). The regularised Frank-Wolfe posts on their CPU (Gram) route too (soak tier). A traced
+plain AdamW/SGD step is one call of the fused operator (spectrakit.optim.fused), bit-identical to eager."""
 
 from __future__ import annotations
 
@@ -200,4 +201,90 @@ def test_no_recompile_on_cuda(name):
                 p.grad = torch.randn(p.shape, device="cuda", generator=gen)
             step()
     assert counters["stats"]["unique_graphs"] == 1
+
+
+def _recording_backend(targets: list):
+    """A dynamo backend that records the call targets of the traced graph and runs it eagerly."""
+
+    def backend(gm, example_inputs):
+        targets.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    return backend
+
+
+@pytest.mark.parametrize("name,kw", [("AdamW", dict(weight_decay=0.1)), ("SGD", dict(momentum=0.9, weight_decay=0.1)),
+                                     ("SGD", dict(momentum=0.9, nesterov=True)),
+                                     ("AdamW", dict(check_finite=False))])
+def test_compiled_plain_step_is_the_fused_kernel(name, kw):
+    """A traced plain AdamW/SGD step is one call of the fused operator (torch's kernel), not the general pipeline,
+    in one graph without recompiles; its numbers equal the eager step's bit for bit, a skipped step (nan
+    gradient) included."""
+    dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(12, 8), (8,), (3, 2, 2)]
+    init = [torch.randn(s, generator=gen) for s in shapes]
+    ps = [torch.nn.Parameter(x.clone()) for x in init]
+    qs = [torch.nn.Parameter(x.clone()) for x in init]
+    opt, ref = getattr(O, name)(ps, lr=1e-2, **kw), getattr(O, name)(qs, lr=1e-2, **kw)
+    targets: list = []
+    step = torch.compile(opt.step, backend=_recording_backend(targets))
+    bad = 2 if kw.get("check_finite", True) else None
+    with dynamo.config.patch(error_on_recompile=True):
+        for k in range(4):
+            for p, q in zip(ps, qs):
+                p.grad = torch.randn(p.shape, generator=gen)
+                q.grad = p.grad.clone()
+            if k == bad:
+                ps[0].grad[1, 1] = qs[0].grad[1, 1] = float("nan")
+            step()
+            ref.step()
+    op = getattr(torch.ops.spectrakit, f"fused_{name.lower()}_step_").default
+    assert op in targets and counters["stats"]["unique_graphs"] == 1
+    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
+    assert all(torch.equal(opt.state[p]["step"], ref.state[q]["step"]) for p, q in zip(ps, qs))
+    assert int(opt.skipped_steps) == int(ref.skipped_steps) == (1 if bad is not None else 0)
+    dynamo.reset()
+
+
+def test_compiled_general_pipeline_where_the_route_does_not_apply():
+    """``torch_kernel=False`` traces the general pipeline: no fused operator in the graph (the check above can
+    fail)."""
+    dynamo.reset()
+    p = torch.nn.Parameter(torch.randn(6, 4))
+    opt = O.AdamW([p], lr=1e-2, torch_kernel=False)
+    targets: list = []
+    p.grad = torch.randn_like(p)
+    torch.compile(opt.step, backend=_recording_backend(targets))()
+    assert torch.ops.spectrakit.fused_adamw_step_.default not in targets and targets
+    dynamo.reset()
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SGD"])
+def test_compiled_fused_step_with_a_tensor_lr(name):
+    """A tensor lr changed in place (a scheduler of a compiled step): the fused operator, one graph for every
+    value, the eager numbers bit for bit; a nan value skips the step in both."""
+    dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(4)
+    init = [torch.randn(s, generator=gen) for s in [(6, 4), (4,)]]
+    ps, qs = [torch.nn.Parameter(x.clone()) for x in init], [torch.nn.Parameter(x.clone()) for x in init]
+    lr_p, lr_q = torch.tensor(1e-2), torch.tensor(1e-2)
+    opt, ref = getattr(O, name)(ps, lr=lr_p, weight_decay=0.1), getattr(O, name)(qs, lr=lr_q, weight_decay=0.1)
+    targets: list = []
+    step = torch.compile(opt.step, backend=_recording_backend(targets))
+    with dynamo.config.patch(error_on_recompile=True):
+        for value in (1e-2, 3e-2, float("nan"), 5e-3):
+            lr_p.fill_(value)
+            lr_q.fill_(value)
+            for p, q in zip(ps, qs):
+                p.grad = torch.randn(p.shape, generator=gen)
+                q.grad = p.grad.clone()
+            step()
+            ref.step()
+    assert getattr(torch.ops.spectrakit, f"fused_{name.lower()}_step_").default in targets
+    assert counters["stats"]["unique_graphs"] == 1
+    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
+    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 1
     dynamo.reset()

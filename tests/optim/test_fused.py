@@ -128,7 +128,7 @@ def _route(opt):
     (lambda ps: O.AdamW(ps), "adamw"),
     (lambda ps: O.SGD(ps), "sgd"),
     (lambda ps: O.AdamW(ps, torch_kernel=False), None),
-    (lambda ps: O.AdamW(ps, lr=torch.tensor(1e-3)), None),  # a tensor lr: the pipeline's skip on a bad value
+    (lambda ps: O.AdamW(ps, lr=torch.tensor(1e-3)), "adamw"),  # the kernel's tensor-lr form
     (lambda ps: O.AdamW(ps, scale="muon"), None),
     (lambda ps: O.AdamW(ps, vector_clip=True), None),
     (lambda ps: O.SpectraAdamW(ps), None),
@@ -205,3 +205,52 @@ def test_state_dict_resumes_exactly_and_loads_older_states():
     assert opt2.param_groups[0]["check_finite"] is True and opt2.param_groups[0]["torch_kernel"] is True
     steps(opt2, resumed, 5)
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
+
+
+@pytest.mark.parametrize("name,kw", CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
+def test_tensor_lr_equals_torch_fused_with_a_tensor_lr(name, kw):
+    """A 0-d tensor ``lr`` (changed in place between steps, as a scheduler of a compiled step does) takes the
+    kernel's tensor-lr form: torch's ``fused=True`` numbers with the same tensor, bit for bit."""
+    init = _init()
+    kw = {k: v for k, v in kw.items() if k != "lr"}
+    lr_a, lr_b = torch.tensor(1e-2, dtype=torch.float64), torch.tensor(1e-2, dtype=torch.float64)
+    ours = [torch.nn.Parameter(x.clone()) for x in init]
+    theirs = [torch.nn.Parameter(x.clone()) for x in init]
+    opt, ref = getattr(O, name)(ours, lr=lr_a, **kw), TORCH[name](theirs, lr=lr_b, **kw)
+    gen = torch.Generator().manual_seed(1)
+    for k in range(6):
+        lr_a.fill_(1e-2 / (1 + k))
+        lr_b.fill_(1e-2 / (1 + k))
+        for p, q in zip(ours, theirs):
+            p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float64).float()
+            q.grad = p.grad.clone()
+        opt.step()
+        ref.step()
+    assert _route(opt) == name.lower()
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
+@pytest.mark.parametrize("name,kw", [("AdamW", dict(weight_decay=0.1)), ("SGD", dict(momentum=0.9, weight_decay=0.1)),
+                                     ("SGD", dict(momentum=0.9, check_finite=False))])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_bad_tensor_lr_skips_the_step(name, kw, bad):
+    """A non-finite or negative tensor ``lr`` skips the step (parameters, moments, step counters unchanged) and
+    counts it, also with decoupled weight decay (a nan lr must not reach ``1 - lr wd``) and without the gradient
+    check."""
+    ps = [torch.nn.Parameter(x.clone()) for x in _init()]
+    lr = torch.tensor(1e-2)
+    opt = getattr(O, name)(ps, lr=lr, **kw)
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    opt.step()
+    before = [p.detach().clone() for p in ps]
+    states = copy.deepcopy([opt.state[p] for p in ps])
+    lr.fill_(bad)
+    opt.step()
+    assert _route(opt) == name.lower()
+    assert all(torch.equal(p, b) for p, b in zip(ps, before))
+    assert all(torch.equal(opt.state[p][k], st[k]) for p, st in zip(ps, states) for k in st)
+    assert int(opt.skipped_steps) == 1
+    lr.fill_(1e-2)
+    opt.step()
+    assert not any(torch.equal(p, b) for p, b in zip(ps, before) if p.numel() > 1)
