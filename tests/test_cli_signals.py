@@ -54,8 +54,14 @@ def _finish(proc, expected):
     return lines[0]
 
 
-@pytest.mark.parametrize("signum, argv", [(signal.SIGINT, ["compare", *TINY]), (signal.SIGTERM, ["compare", *TINY]),
-                                          (signal.SIGTERM, ["ops", "--reps", "1"])])
+# Each test starts a fresh interpreter (about 7 s of CPU to import torch and the commands): the default tier
+# runs one signal per situation, the soak tier (which .ci/run also runs) the other signal and the other command.
+SOAK = pytest.mark.soak
+
+
+@pytest.mark.parametrize("signum, argv", [(signal.SIGINT, ["compare", *TINY]),
+                                          pytest.param(signal.SIGTERM, ["compare", *TINY], marks=SOAK),
+                                          pytest.param(signal.SIGTERM, ["ops", "--reps", "1"], marks=SOAK)])
 def test_signal_during_start_up(tmp_path, signum, argv):
     proc = _start(tmp_path, *argv, *(["--out", str(tmp_path / "out")] if argv[0] == "compare" else []))
     _handlers_installed(proc)  # then torch is imported: a signal now used to give a traceback or kill it
@@ -64,7 +70,7 @@ def test_signal_during_start_up(tmp_path, signum, argv):
     _finish(proc, CODE[signum])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=SOAK), signal.SIGTERM])
 def test_signal_during_data_preparation_or_model_set_up(tmp_path, signum):
     out = tmp_path / "out"
     proc = _start(tmp_path, "compare", *TINY, "--out", str(out))
@@ -75,6 +81,7 @@ def test_signal_during_data_preparation_or_model_set_up(tmp_path, signum):
     assert ("SIGTERM" if signum == signal.SIGTERM else "SIGINT") in line or "interrupted at step" in line
 
 
+@SOAK  # the same second signal inside the stop is in the default tier below (a script, no command start-up)
 def test_second_ctrl_c_while_stopping(tmp_path):
     out = tmp_path / "out"
     proc = _start(tmp_path, "compare", *TINY, "--out", str(out))
@@ -87,7 +94,7 @@ def test_second_ctrl_c_while_stopping(tmp_path):
     _finish(proc, 130)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=SOAK)])
 def test_sweep_signal(tmp_path, signum):
     out = tmp_path / "sweep"
     proc = _start(tmp_path, "sweep", "--optimizers", "adamw", "--lrs", "1e-3,3e-3", *TINY, "--out", str(out))
