@@ -31,11 +31,12 @@ m(torch.tensor([1, 2])).sum().backward()
 opt.step()
 print(spectrakit.__version__)
 # the installed console script, run by this interpreter (torch and spectrakit are already imported: one
-# interpreter start instead of two); its first line must name the environment's interpreter
+# interpreter start instead of two); its start must name the environment's interpreter (the first line, or
+# the next one in pip's /bin/sh form for long paths)
 script = os.path.join(sys.prefix, "bin", "spectrakit")
 with open(script) as f:
-    first = f.readline().strip()
-assert first.startswith("#!") and first[2:].split()[0].startswith(sys.prefix), first
+    head = f.readline() + f.readline()
+assert head.startswith("#!") and os.path.join(sys.prefix, "bin", "python") in head, head
 sys.argv = [script, "--help"]
 try:
     runpy.run_path(script, run_name="__main__")
