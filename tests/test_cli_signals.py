@@ -54,6 +54,12 @@ def _finish(proc, expected):
     return lines[0]
 
 
+# Each test after start-up waits for a fresh interpreter to import torch and the commands (about 7 s of CPU):
+# the default tier runs one signal per such situation, the soak tier (which .ci/run also runs) the other one.
+# The start-up tests stop the process before those imports (a fraction of a second each): all in the default tier.
+SOAK = pytest.mark.soak
+
+
 @pytest.mark.parametrize("signum, argv", [(signal.SIGINT, ["compare", *TINY]), (signal.SIGTERM, ["compare", *TINY]),
                                           (signal.SIGTERM, ["ops", "--reps", "1"])])
 def test_signal_during_start_up(tmp_path, signum, argv):
@@ -64,7 +70,7 @@ def test_signal_during_start_up(tmp_path, signum, argv):
     _finish(proc, CODE[signum])
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=SOAK), signal.SIGTERM])
 def test_signal_during_data_preparation_or_model_set_up(tmp_path, signum):
     out = tmp_path / "out"
     proc = _start(tmp_path, "compare", *TINY, "--out", str(out))
@@ -75,6 +81,7 @@ def test_signal_during_data_preparation_or_model_set_up(tmp_path, signum):
     assert ("SIGTERM" if signum == signal.SIGTERM else "SIGINT") in line or "interrupted at step" in line
 
 
+@SOAK  # the same second signal inside the stop is in the default tier below (a script, no command start-up)
 def test_second_ctrl_c_while_stopping(tmp_path):
     out = tmp_path / "out"
     proc = _start(tmp_path, "compare", *TINY, "--out", str(out))
@@ -87,7 +94,7 @@ def test_second_ctrl_c_while_stopping(tmp_path):
     _finish(proc, 130)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=SOAK)])
 def test_sweep_signal(tmp_path, signum):
     out = tmp_path / "sweep"
     proc = _start(tmp_path, "sweep", "--optimizers", "adamw", "--lrs", "1e-3,3e-3", *TINY, "--out", str(out))

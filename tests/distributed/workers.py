@@ -65,8 +65,8 @@ OPT_KW = {"AdamW": dict(lr=1e-2), "SpectraAdamW": dict(lr=1e-2, c=0.5),
 
 
 # steps of the equivalence runs (the optimizer states, momenta and moments, are in play from the second step
-# on), and the step of the checkpoint in the resume runs
-STEPS = 10
+# on; 6 steps: 3 before the checkpoint, 3 after it), and the step of the checkpoint in the resume runs
+STEPS = 6
 CKPT_STEP = STEPS // 2
 
 

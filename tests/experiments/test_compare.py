@@ -46,7 +46,10 @@ def test_same_seed_same_data_gives_identical_runs_for_equivalent_optimizers(tmp_
     assert a["overhead_%"] is None  # no base optimizer in this pair
 
 
-def test_cli_writes_table_json_and_plots(tmp_path, capsys):
+def test_cli_writes_table_json_and_plots(tmp_path, capsys, monkeypatch):
+    drawn = []  # the figures after each run; the final report reuses the last run's (same rows)
+    real_plot = cmp.plot
+    monkeypatch.setattr(cmp, "plot", lambda rows, *a, **k: drawn.append(len(rows)) or real_plot(rows, *a, **k))
     parser = argparse.ArgumentParser()
     cmp.add_arguments(parser)
     out = str(tmp_path / "run")
@@ -88,6 +91,7 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys):
         ]
     )
     assert cmp.run(args) == 0
+    assert drawn == [1, 2]
     text = capsys.readouterr().out
     assert "| optimizer | seed | lr | val_loss |" in text and "spectra-adamw" in text
     res = json.load(open(os.path.join(out, "results.json")))
