@@ -8,6 +8,7 @@ non-tensor entries with ``weights_only=True``.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import io
 import os
@@ -15,11 +16,9 @@ import pathlib
 import pickle
 
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint._nested_dict import set_element
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+# (torch.distributed.checkpoint is imported by the functions that use it: it takes ~1.6 s, which every
+# command-line start paid, ``spectrakit --help`` included)
 
 METADATA = ".metadata"
 # The classes and functions a DCP ``.metadata`` pickle may name, exactly: DCP's metadata dataclasses, the
@@ -109,16 +108,22 @@ def _storage_error(md) -> str | None:
     return None
 
 
-class _SafeLoadPlanner(DefaultLoadPlanner):
+@functools.cache
+def _safe_load_planner() -> type:
     """DCP's default load planner, but non-tensor entries are read with ``torch.load(weights_only=True)``
     (the default reads them with ``weights_only=False``, which can execute code)."""
+    from torch.distributed.checkpoint._nested_dict import set_element
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 
-    def load_bytes(self, read_item, value) -> None:
-        obj = torch.load(value, weights_only=True)
-        if self.flatten_state_dict:
-            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
-        else:
-            self.state_dict[read_item.dest_index.fqn] = obj
+    class SafeLoadPlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item, value) -> None:
+            obj = torch.load(value, weights_only=True)
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+            else:
+                self.state_dict[read_item.dest_index.fqn] = obj
+
+    return SafeLoadPlanner
 
 
 def _check(model, optimizer, path):
@@ -147,6 +152,9 @@ def save_dcp(path: str | os.PathLike, model: torch.nn.Module, optimizer: torch.o
     Raises:
         TypeError: wrong argument types.
     """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
     _check(model, optimizer, path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd, "extra": dict(extra or {})}
@@ -171,6 +179,10 @@ def load_dcp(path: str | os.PathLike, model: torch.nn.Module, optimizer: torch.o
         holds Python objects other than plain containers (refused, never executed; see
         :func:`check_metadata`).
     """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     _check(model, optimizer, path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"path {os.fspath(path)!r} is not a checkpoint directory")
@@ -178,7 +190,7 @@ def load_dcp(path: str | os.PathLike, model: torch.nn.Module, optimizer: torch.o
     state = {"model": model_sd, "optim": optim_sd, "extra": dict(extra or {})}
     check_metadata(path)
     try:
-        dcp.load(state, checkpoint_id=os.fspath(path), planner=_SafeLoadPlanner())
+        dcp.load(state, checkpoint_id=os.fspath(path), planner=_safe_load_planner()())
     except (Exception, CheckpointException) as e:  # DCP wraps every rank's error (a BaseException subclass)
         causes = [str(e), *(str(f) for f in getattr(e, "failures", {}).values())]
         if any("Weights only load failed" in c for c in causes):

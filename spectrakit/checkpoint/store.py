@@ -8,7 +8,6 @@ import re
 import shutil
 
 import torch.distributed as dist
-from torch.distributed.checkpoint.api import CheckpointException
 
 from spectrakit.checkpoint.dcp import check_metadata, load_dcp, save_dcp
 from spectrakit.checkpoint.files import TMP, CheckpointError, disk_full, safe_load, save_file
@@ -152,6 +151,8 @@ def save_sharded(root: str, *, model, optimizer, scheduler=None, step: int, data
         os.makedirs(tmp_dir)
     _barrier()
     failure = None
+    from torch.distributed.checkpoint.api import CheckpointException  # (~1 s to import: only when used)
+
     try:
         save_dcp(tmp_dir, model, optimizer)
         save_file(loop_state(step, scheduler, data_state, extra), os.path.join(tmp_dir, RANK_FILE.format(rank)))

@@ -65,7 +65,15 @@ def _env() -> bool | None:
     raise ValueError(f"{ENV_VAR} must be one of 1, 0, true, false, on, off, auto; got {raw!r}")
 
 
-@torch.compiler.assume_constant_result
+def _constant_under_compile(fn):
+    """``torch.compiler.assume_constant_result(fn)`` without importing ``torch._dynamo`` (about 1 s, paid by
+    every command-line start): that decorator only marks ``fn``, and dynamo reads the mark when it traces
+    (tests/linalg/test_precision.py checks that the mark is the one torch's decorator sets)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_constant_under_compile
 def bf16_matmul_fast(device: torch.device | str | None = None) -> bool:
     """Whether bfloat16 matrix products are hardware-accelerated on ``device`` (default: CPU), i.e. whether a
     bf16 compute dtype can make a matrix function faster than float32 there (see the module docstring for

@@ -65,3 +65,28 @@ def test_override_beats_environment_and_is_restored(monkeypatch):
 def test_override_rejects_non_bool(bad):
     with pytest.raises(TypeError, match="value"):
         set_bf16_matmul_fast(bad)
+
+
+def test_constant_mark_is_the_one_torch_sets():
+    """``bf16_matmul_fast`` carries the mark of ``torch.compiler.assume_constant_result`` (set without importing
+    torch._dynamo at import time): if torch's decorator ever marks differently, this fails."""
+    from spectrakit.linalg.precision import bf16_matmul_fast
+
+    def probe():
+        return True
+
+    marked = torch.compiler.assume_constant_result(probe)
+    ours = {k: v for k, v in vars(bf16_matmul_fast).items() if k.startswith("_dynamo")}
+    assert ours == {k: v for k, v in vars(marked).items() if k.startswith("_dynamo")} == {"_dynamo_marked_constant": True}
+
+
+def test_cli_start_imports_neither_dynamo_nor_dcp():
+    """``import spectrakit.cli`` (every command-line start) loads neither torch._dynamo nor
+    torch.distributed.checkpoint (about 1 s each); they come when a command needs them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, spectrakit.cli; print('torch._dynamo' in sys.modules, "
+            "'torch.distributed.checkpoint' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
