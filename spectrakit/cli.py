@@ -205,13 +205,15 @@ def main(argv: list[str] | None = None) -> int:
     (inside a training loop after a checkpoint, see :mod:`spectrakit.train.interrupt`)."""
     signals = (interrupt.signal.SIGINT, interrupt.signal.SIGTERM)
     previous = {s: interrupt.signal.getsignal(s) for s in signals}
-    interrupt.install_exit_handlers()
+    interrupt.install_exit_handlers(immediate=argv is None)  # (a Python caller's process is never ended)
     try:
         code = _main(argv)
     except KeyboardInterrupt as e:  # Terminated (SIGTERM) too
         interrupt.ignore_signals()  # the command is stopping: a further Ctrl-C must not add a traceback
         print(interrupt.message(e), file=sys.stderr)
         code = interrupt.exit_code(e)
+        if argv is None:  # a command-line process: end it here (see interrupt.end_process)
+            interrupt.end_process(code)
     finally:  # (also after --help or a usage error, which leave through SystemExit)
         if argv is None:  # the command has printed its result and the process ends next: a late signal is
             interrupt.ignore_signals()  # ignored (Python's shutdown would restore the default: death by signal)
@@ -235,6 +237,7 @@ def _main(argv: list[str] | None) -> int:
         for flag in ("out",):
             if getattr(args, flag, None):
                 check_output_folder(getattr(args, flag), "--" + flag)
+        interrupt.end_start_up()
         return int(args._run(args) or 0)
     except Exception as e:
         if os.environ.get("SPECTRAKIT_DEBUG"):

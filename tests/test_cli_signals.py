@@ -141,3 +141,28 @@ sys.exit(main())
     r = _script(tmp_path, code)
     assert r.returncode == 0 and "Traceback" not in r.stderr and "Exception" not in r.stderr, (r.returncode,
                                                                                                r.stderr)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_swallowed_during_start_up_still_ends_the_command(tmp_path, signum):
+    """During a command's start-up (imports, parsing) a signal ends the process at once with its line: an
+    exception raised inside a module's initialisation was measured to be swallowed there (NumPy's C init
+    turns it into an ImportError that torch's optional import catches), after which the command failed
+    later with half-imported modules or ran on. Here the code swallows it on purpose. After
+    ``end_start_up`` the signal unwinds again (the same swallowing then hides it: nothing ends the process)."""
+    code = f"""
+import os, signal, sys
+from spectrakit.train import interrupt
+interrupt.install_exit_handlers(immediate=True)
+try:
+    os.kill(os.getpid(), {int(signum)})
+except BaseException:
+    pass
+print("not reached")
+"""
+    r = _script(tmp_path, code)
+    assert r.returncode == CODE[signum], (r.returncode, r.stderr)
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    after = code.replace("immediate=True)", "immediate=True)\ninterrupt.end_start_up()")
+    r = _script(tmp_path, after)
+    assert r.returncode == 0 and r.stdout == "not reached\n", (r.returncode, r.stdout, r.stderr)

@@ -19,6 +19,7 @@ _requested: int | None = None
 _deferring = 0  # > 0 inside the training loop (see deferred): the first signal only requests a stop
 _exiting: int | None = None  # the signal being unwound by install_exit_handlers' handler
 _exit_on_second = False  # a command line (install_exit_handlers): a second signal while stopping ends the process
+_immediate = False  # a command line's start-up (imports, parsing): a signal ends the process at once
 
 
 class Terminated(KeyboardInterrupt):
@@ -40,8 +41,11 @@ def _raise(signum: int) -> None:
 
 
 def _unwind(signum: int) -> None:
-    """Raise for ``signum``; under a command line a further signal while this one unwinds exits at once."""
+    """Raise for ``signum``; under a command line a further signal while this one unwinds exits at once, and
+    during its start-up (:func:`end_start_up` not yet called) the first one does."""
     global _exiting
+    if _immediate:
+        exit_now(signum)
     if _exit_on_second:
         if _exiting is not None:
             exit_now(signum)
@@ -49,24 +53,36 @@ def _unwind(signum: int) -> None:
     _raise(signum)
 
 
-def install_exit_handlers() -> None:
+def install_exit_handlers(immediate: bool = False) -> None:
     """For a command line: SIGINT raises :class:`KeyboardInterrupt` and SIGTERM raises :class:`Terminated`,
     at any moment, so that both unwind to the command's entry point (which prints one line and exits
-    130 / 143). A further signal while the first one unwinds prints that line and exits at once."""
+    130 / 143). A further signal while the first one unwinds prints that line and exits at once.
+
+    ``immediate`` (a command-line process): until :func:`end_start_up`, a signal prints the line and ends
+    the process at once (:func:`exit_now`). The start-up imports torch and NumPy, and an exception raised
+    inside their module initialisation was measured to be swallowed there (turned into an ImportError that
+    optional imports catch): the command then went on with half-imported modules and failed later, or ran
+    to its end. Nothing has been written before the command starts."""
 
     def handler(signum, frame):
         _unwind(signum)
 
-    global _exiting, _exit_on_second
-    _exiting, _exit_on_second = None, True
+    global _exiting, _exit_on_second, _immediate
+    _exiting, _exit_on_second, _immediate = None, True, immediate
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, handler)
 
 
+def end_start_up() -> None:
+    """The command starts its work: from now on a signal unwinds (see :func:`install_exit_handlers`)."""
+    global _immediate
+    _immediate = False
+
+
 def uninstall_exit_handlers(previous: dict) -> None:
     """Give a Python caller its signal handlers back (``previous``: signal number -> handler)."""
-    global _exit_on_second
-    _exit_on_second = False
+    global _exit_on_second, _immediate
+    _exit_on_second = _immediate = False
     for s, h in previous.items():
         signal.signal(s, h)
 
@@ -80,6 +96,18 @@ def exit_now(signum: int, frame=None) -> None:
         sys.stderr.flush()
     finally:
         os._exit(128 + int(signum))
+
+
+def end_process(code: int) -> None:
+    """End a command-line process stopped by a signal outside the training loop, with exit status ``code``,
+    after flushing its output, without the interpreter's shutdown: a signal that lands while torch is being
+    imported (about a second after start) can leave the half-imported modules in a state in which that
+    shutdown ended the process by SIGINT after the one line was printed (measured: 1 in 3 at 1 s). Nothing
+    is left to save at that point (the training loop stops through :class:`Interrupted` instead)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def ignore_signals() -> None:
