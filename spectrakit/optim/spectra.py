@@ -692,13 +692,15 @@ class Spectra(torch.optim.Optimizer):
             for u in (x, x.mT.contiguous()):
                 fn(u, 1.0, group["post_steps"], post_dtype, **kwargs)  # the tables do not depend on c (inf: off)
 
-    def _compute_dtype(self, group: dict, device: torch.device) -> torch.dtype | None:
+    def _compute_dtype(self, group: dict, device: torch.device, shape: tuple | None = None) -> torch.dtype | None:
         """Compute dtype of the group's iterative transforms on ``device``: ``post_dtype``, except that
-        bfloat16 falls back to the work dtype (None) where bf16 matmuls are emulated, unless the preset keeps
-        published bf16 arithmetic (``exact_bf16``)."""
+        bfloat16 falls back to the work dtype (None) where bf16 matmuls are emulated, or for a matrix batch of
+        ``shape`` ``(m, n)`` with ``min(m, n) <`` :data:`BF16_MIN_DIM`, unless the preset keeps published bf16
+        arithmetic (``exact_bf16``)."""
         post_dtype = None if group["post_dtype"] is None else _DTYPES[group["post_dtype"]]
-        if post_dtype == torch.bfloat16 and not self.exact_bf16 and not bf16_matmul_fast(device):
-            return None
+        if post_dtype == torch.bfloat16 and not self.exact_bf16:
+            if not bf16_matmul_fast(device) or (shape is not None and min(shape) < BF16_MIN_DIM):
+                return None
         return post_dtype
 
     def _state(self, p: torch.Tensor, base) -> dict:
@@ -828,9 +830,7 @@ class Spectra(torch.optim.Optimizer):
             buf = views = w = load = store = pre = res = upd = deltas = None
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
             # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
-            pdt = self._compute_dtype(group, dev)
-            if pdt == torch.bfloat16 and not self.exact_bf16 and kind == "matrix" and min(shape) < BF16_MIN_DIM:
-                pdt = None  # (see BF16_MIN_DIM: small matrices are faster in the work dtype)
+            pdt = self._compute_dtype(group, dev, shape if kind == "matrix" else None)
             per_tensor = self._per_tensor(dev)
             ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
                     else ok.to(device=dev, dtype=wdt, non_blocking=True))
