@@ -3,6 +3,7 @@ scripts by path."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import sys
@@ -69,6 +70,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session):
+    """What exists once the tests are collected (torch, the test modules, their parameters: ~230 thousand
+    objects) lives to the end: moved out of the garbage collector's reach (``gc.freeze``), the collections
+    during the tests and the five full ones pytest runs at the end (to report unraisable exceptions; 6 s of
+    CPU per test process before) no longer walk it."""
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
