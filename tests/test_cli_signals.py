@@ -3,12 +3,12 @@ a sweep) give one line on stderr and exit status 130 / 143, never a traceback or
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
 import time
-import traceback
 
 import pytest
 
@@ -31,6 +31,27 @@ def _start(tmp_path, *argv, fork=False, cache=None):
                             stderr=subprocess.PIPE, text=True)
 
 
+def _run_command(argv, env, files):
+    """The child of ``_Forked``: ``python -m spectrakit ARGV``'s entry (``sys.exit(main())``), its output in
+    ``files``."""
+    os.environ.update(env)
+    for fd, path in zip((1, 2), files):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # not pytest's capture
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+    import torch
+
+    torch.set_num_threads(1)  # a forked child must not use the parent's OpenMP pool
+    from spectrakit.cli import main
+
+    sys.argv = ["spectrakit", *argv]
+    sys.exit(main())  # an exit status, or an uncaught exception's traceback and status 1, as an interpreter
+
+
 class _Forked:
     """A command run by ``spectrakit.cli.main`` in a child forked from this interpreter (torch is imported
     here already: no fresh interpreter to start), as ``python -m spectrakit ARGV`` would run it (the handlers
@@ -41,55 +62,27 @@ class _Forked:
     def __init__(self, tmp_path, argv, cache):
         self._files = (str(tmp_path / "cmd.out"), str(tmp_path / "cmd.err"))
         env = {"SPECTRAKIT_CACHE": cache, "OMP_NUM_THREADS": "1"}
-        self.returncode = None
-        self.pid = os.fork()
-        if self.pid == 0:  # pragma: no cover (the child leaves by os._exit; coverage is not saved there)
-            code = 1
-            try:
-                os.environ.update(env)
-                for fd, path in zip((1, 2), self._files):
-                    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-                    os.dup2(target, fd)
-                    os.close(target)
-                sys.stdout = open(1, "w", buffering=1, closefd=False)  # not pytest's capture
-                sys.stderr = open(2, "w", buffering=1, closefd=False)
-                for s in (signal.SIGINT, signal.SIGTERM):
-                    signal.signal(s, signal.SIG_DFL)
-                import torch
+        self._proc = multiprocessing.get_context("fork").Process(target=_run_command,
+                                                                  args=(list(argv), env, self._files))
+        self._proc.start()
+        self.pid = self._proc.pid
 
-                torch.set_num_threads(1)  # a forked child must not use the parent's OpenMP pool
-                from spectrakit.cli import main
-
-                sys.argv = ["spectrakit", *argv]
-                code = main()
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 1
-            except BaseException:  # what the interpreter would print for an uncaught exception
-                sys.stderr.write(traceback.format_exc())
-                code = 1
-            finally:
-                for stream in (sys.stdout, sys.stderr):
-                    stream.flush()
-                os._exit(code)
+    @property
+    def returncode(self):
+        return self._proc.exitcode
 
     def poll(self):
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+        return self._proc.exitcode
 
     def send_signal(self, signum):
         os.kill(self.pid, signum)
 
     def communicate(self, timeout=120.0):
-        deadline = time.time() + timeout
-        while self.poll() is None:
-            if time.time() > deadline:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-                raise AssertionError(f"the command did not end within {timeout} s")
-            time.sleep(0.02)
+        self._proc.join(timeout)
+        if self._proc.exitcode is None:
+            self._proc.kill()
+            self._proc.join(5)
+            raise AssertionError(f"the command did not end within {timeout} s")
         texts = []
         for path in self._files:
             with open(path) as f:
