@@ -3,6 +3,7 @@ a sweep) give one line on stderr and exit status 130 / 143, never a traceback or
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -18,11 +19,75 @@ TINY = ["--tokenizer", "bytes", "--steps", "400", "--batch-size", "2", "--seq-le
 CODE = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
-def _start(tmp_path, *argv):
+def _start(tmp_path, *argv, fork=False, cache=None):
+    """``python -m spectrakit ARGV`` in a fresh interpreter, or with ``fork`` in a child of this one
+    (``_Forked``); ``cache``: the corpus cache (default: a fresh one, so the corpus is tokenised)."""
+    cache = cache or str(tmp_path / "cache")
+    if fork:
+        return _Forked(tmp_path, argv, cache)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-           "SPECTRAKIT_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+           "SPECTRAKIT_CACHE": cache, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "spectrakit", *argv], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def _run_command(argv, env, files):
+    """The child of ``_Forked``: ``python -m spectrakit ARGV``'s entry (``sys.exit(main())``), its output in
+    ``files``."""
+    os.environ.update(env)
+    for fd, path in zip((1, 2), files):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # not pytest's capture
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+    import torch
+
+    torch.set_num_threads(1)  # a forked child must not use the parent's OpenMP pool
+    from spectrakit.cli import main
+
+    sys.argv = ["spectrakit", *argv]
+    sys.exit(main())  # an exit status, or an uncaught exception's traceback and status 1, as an interpreter
+
+
+class _Forked:
+    """A command run by ``spectrakit.cli.main`` in a child forked from this interpreter (torch is imported
+    here already: no fresh interpreter to start), as ``python -m spectrakit ARGV`` would run it (the handlers
+    of a command-line process, its exit through ``sys.exit``). Output goes to files; the ``subprocess.Popen``
+    methods the tests use (``pid``, ``poll``, ``send_signal``, ``communicate``, ``returncode``). The start-up
+    itself (the heavy imports under the handlers) is checked on real interpreters by the start-up tests."""
+
+    def __init__(self, tmp_path, argv, cache):
+        self._files = (str(tmp_path / "cmd.out"), str(tmp_path / "cmd.err"))
+        env = {"SPECTRAKIT_CACHE": cache, "OMP_NUM_THREADS": "1"}
+        self._proc = multiprocessing.get_context("fork").Process(target=_run_command,
+                                                                  args=(list(argv), env, self._files))
+        self._proc.start()
+        self.pid = self._proc.pid
+
+    @property
+    def returncode(self):
+        return self._proc.exitcode
+
+    def poll(self):
+        return self._proc.exitcode
+
+    def send_signal(self, signum):
+        os.kill(self.pid, signum)
+
+    def communicate(self, timeout=120.0):
+        self._proc.join(timeout)
+        if self._proc.exitcode is None:
+            self._proc.kill()
+            self._proc.join(5)
+            raise AssertionError(f"the command did not end within {timeout} s")
+        texts = []
+        for path in self._files:
+            with open(path) as f:
+                texts.append(f.read())
+        return tuple(texts)
 
 
 def _handlers_installed(proc, timeout=60.0) -> None:
@@ -54,8 +119,9 @@ def _finish(proc, expected):
     return lines[0]
 
 
-# Each test after start-up waits for a fresh interpreter to import torch and the commands (about 7 s of CPU):
-# the default tier runs one signal per such situation, the soak tier (which .ci/run also runs) the other one.
+# A fresh interpreter imports torch and the commands before the situations after start-up (about 7 s of CPU):
+# the default tier runs one signal per such situation in a child forked from this interpreter (``_Forked``), the
+# soak tier (which .ci/run also runs) the other one in a fresh interpreter, as a user starts it.
 # The start-up tests stop the process before those imports (a fraction of a second each): all in the default tier.
 SOAK = pytest.mark.soak
 
@@ -70,10 +136,10 @@ def test_signal_during_start_up(tmp_path, signum, argv):
     _finish(proc, CODE[signum])
 
 
-@pytest.mark.parametrize("signum", [pytest.param(signal.SIGINT, marks=SOAK), signal.SIGTERM])
-def test_signal_during_data_preparation_or_model_set_up(tmp_path, signum):
+@pytest.mark.parametrize("signum, fork", [pytest.param(signal.SIGINT, False, marks=SOAK), (signal.SIGTERM, True)])
+def test_signal_during_data_preparation_or_model_set_up(tmp_path, signum, fork):
     out = tmp_path / "out"
-    proc = _start(tmp_path, "compare", *TINY, "--out", str(out))
+    proc = _start(tmp_path, "compare", *TINY, "--out", str(out), fork=fork)
     _wait_for(out, proc)  # --out is created just before the corpus is tokenised into a fresh cache
     time.sleep(0.3)
     proc.send_signal(signum)
@@ -94,10 +160,11 @@ def test_second_ctrl_c_while_stopping(tmp_path):
     _finish(proc, 130)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=SOAK)])
-def test_sweep_signal(tmp_path, signum):
+@pytest.mark.parametrize("signum, fork", [(signal.SIGINT, True), pytest.param(signal.SIGTERM, False, marks=SOAK)])
+def test_sweep_signal(tmp_path, signum, fork, corpus_cache):
     out = tmp_path / "sweep"
-    proc = _start(tmp_path, "sweep", "--optimizers", "adamw", "--lrs", "1e-3,3e-3", *TINY, "--out", str(out))
+    proc = _start(tmp_path, "sweep", "--optimizers", "adamw", "--lrs", "1e-3,3e-3", *TINY, "--out", str(out),
+                  fork=fork, cache=corpus_cache)  # the corpus tokenised once for the test process
     _wait_for(out / "adamw-lr0.001-s0" / "adamw-s0" / "metrics.jsonl", proc)
     proc.send_signal(signum)
     line = _finish(proc, CODE[signum])

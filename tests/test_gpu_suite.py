@@ -123,6 +123,9 @@ def test_stage_that_finds_failures_is_marked_failed(tmp_path, monkeypatch):
                                      "@pytest.mark.parametrize('device', ['cpu'])\n"
                                      "def test_dev(device):\n    assert device == 'cuda'\n")
     monkeypatch.setattr(stage_tests, "tests_folder", lambda: str(tests))
+    # the two pytest processes run the file above only: the installed plugins it does not use are not loaded
+    # (Hypothesis' alone costs about 1.5 s of CPU per process here)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:benchmark -p no:cov -p no:anyio")
     rc, report, text, out = _suite(tmp_path, "tests")
     entry = report["stages"]["tests"]
     assert rc == 1 and entry["status"] == "failed"

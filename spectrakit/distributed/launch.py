@@ -13,7 +13,10 @@ caller, so it is safe from threaded programs (pytest-xdist, data loaders). Each 
 environment variables as they are at the call (the server's own were fixed when it started).
 In a process made by ``os.fork`` the default is ``"spawn"``: a fork server inherited from the parent belongs to
 the parent, and its workers would be neither this process's children nor in its process group (a ``killpg``
-of this process's group must reach them).
+of this process's group must reach them). ``"fork"`` (asked for explicitly) forks the workers from the caller
+itself: the cheapest start, and the workers are the caller's children in its process group, but only safe
+from a caller that runs no other threads (a fork copies no thread, so a lock or an OpenMP pool in use by one
+stays taken in the workers): e.g. a single-threaded process itself made by ``os.fork`` for that purpose.
 
 Teardown: each rank saves its result, then all ranks meet at a barrier, and a rank that has passed it
 leaves a marker file before ``destroy_process_group``. Under load, gloo has been seen to abort a process
@@ -128,8 +131,9 @@ def run_workers(target: str | Callable, world_size: int = 2, *, args: tuple = ()
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (one CUDA device per rank).
         threads: ``torch.set_num_threads`` in each worker, an int in [1, 256].
         start_method: ``"forkserver"`` (the default where available: workers forked from a server process that
-            has imported torch once) or ``"spawn"`` (a fresh interpreter per rank; the default in a process
-            made by ``os.fork``); see the module docstring.
+            has imported torch once), ``"spawn"`` (a fresh interpreter per rank; the default in a process
+            made by ``os.fork``) or ``"fork"`` (forked from the caller: only from a single-threaded caller);
+            see the module docstring.
 
     Returns:
         ``[result of rank 0, result of rank 1, ...]`` (transferred with ``torch.save``/``torch.load``).
@@ -145,11 +149,11 @@ def run_workers(target: str | Callable, world_size: int = 2, *, args: tuple = ()
     check_choice(backend, "backend", {"gloo", "nccl"})
     if start_method is None:
         start_method = _default_start_method()
-    check_choice(start_method, "start_method", set(mp.get_all_start_methods()) & {"forkserver", "spawn"})
+    check_choice(start_method, "start_method", set(mp.get_all_start_methods()) & {"forkserver", "spawn", "fork"})
     if start_method == "forkserver" and _FORKED:
         raise ValueError("start_method='forkserver' is not available in a process made by os.fork (the fork "
                          "server belongs to the parent, and its workers would not be this process's children); "
-                         "use 'spawn'")
+                         "use 'spawn', or 'fork' from a single-threaded process")
     if not (isinstance(timeout, (int, float)) and 0 < timeout <= 3600):
         raise ValueError(f"timeout must be a number of seconds in (0, 3600], got {timeout!r}")
     with tempfile.TemporaryDirectory(prefix="spectrakit_dist_") as tmp:

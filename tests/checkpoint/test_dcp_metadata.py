@@ -101,12 +101,17 @@ def test_every_reachable_dangerous_callable_is_refused(tmp_path):
     folder = tmp_path / "ck"
     folder.mkdir()
     refused = 0
-    for module, name in ATTACKS:
-        (folder / ".metadata").write_bytes(payload(module, name, _args(name, marker, str(src))))
-        with pytest.raises(ValueError, match="is not allowed in checkpoint metadata.*refused, never executed"):
-            check_metadata(folder)
-        assert not os.path.lexists(marker), (module, name)
-        refused += 1
+    # one open file rewritten in place for each attack (re-opening it with truncation cost ~3 ms each here)
+    with open(folder / ".metadata", "wb") as f:
+        for module, name in ATTACKS:
+            f.seek(0)
+            f.write(payload(module, name, _args(name, marker, str(src))))
+            f.truncate()
+            f.flush()
+            with pytest.raises(ValueError, match="is not allowed in checkpoint metadata.*refused, never executed"):
+                check_metadata(folder)
+            assert not os.path.lexists(marker), (module, name)
+            refused += 1
     assert refused == len(ATTACKS)
     assert sorted(os.listdir(tmp_path)) == ["ck", "src.txt"]  # nothing was created, moved or removed
 

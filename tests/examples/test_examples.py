@@ -10,25 +10,21 @@ the scripts as a user does, in fresh interpreters (the compiled runs against eag
 from __future__ import annotations
 
 import importlib.util
-import multiprocessing
 import os
 import pickle
 import re
-import runpy
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 
 import pytest
 
 from spectrakit.data.corpora import corpus_files
 from spectrakit.data.tokens import prepare
 
+from ..forked_ranks import fork_ranks, torchrun_envs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
-RANK_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_main.py")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +52,7 @@ def run(args, env, timeout=300):
 def run_forked(args, env, timeout=300):
     """``run`` with the script in a process forked from the fork server (``fork_ranks``): the same script,
     arguments, environment and output, without importing torch again."""
-    proc, _ = fork_ranks(args, [env], timeout)
+    proc, _ = fork_ranks(args, [env], ROOT, timeout)
     return _checked(proc)
 
 
@@ -139,52 +135,7 @@ def launch(args, env, nproc, timeout=300):
     """Start ``nproc`` ranks of an example script with the variables torchrun would set (rank, world size, a
     free local port), without torchrun's agent process (``fork_ranks``). Returns rank 0's completed process
     and every rank's exit code."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    base = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(nproc),
-                LOCAL_WORLD_SIZE=str(nproc))
-    return fork_ranks(args, [dict(base, RANK=str(r), LOCAL_RANK=str(r)) for r in range(nproc)], timeout)
-
-
-def fork_ranks(args, envs, timeout=300):
-    """Run an example script (``args``: ``[python, script, *argv]``) in ``len(envs)`` processes, process ``r``
-    with environment ``envs[r]``. Each process is forked from a fork-server process that has imported torch
-    once (``rank_main.py`` sets the environment, arguments, working directory and output files, then runs
-    the script as ``__main__``; its exit code is the process's): a fresh interpreter would import torch and
-    the distributed packages again, about 6 s of CPU per process on a loaded 2-core machine. Returns process
-    0's completed process and every exit code."""
-    multiprocessing.set_forkserver_preload(["spectrakit.distributed.launch"])  # torch, as run_workers does
-    ctx = multiprocessing.get_context("forkserver")
-    with tempfile.TemporaryDirectory(prefix="spectrakit_example_") as tmp:
-        procs, outs = [], []
-        for r, env in enumerate(envs):
-            out, err = os.path.join(tmp, f"{r}.out"), os.path.join(tmp, f"{r}.err")
-            for path in (out, err):
-                open(path, "w").close()  # there to read even if the process dies before writing
-            init = dict(ENV=env, CWD=ROOT, SCRIPT=os.path.join(ROOT, args[1]), ARGV=list(args[2:]), STDOUT=out,
-                        STDERR=err)
-            procs.append(ctx.Process(target=runpy.run_path, args=(RANK_MAIN,),
-                                     kwargs=dict(init_globals=init, run_name="_spectrakit_example_rank")))
-            procs[-1].start()
-            outs.append((out, err))
-        deadline = time.monotonic() + timeout
-        try:
-            for p in procs:
-                p.join(max(0.0, deadline - time.monotonic()))
-            if any(p.exitcode is None for p in procs):
-                pytest.fail(f"{args[1]} on {len(envs)} processes did not finish within {timeout} s")
-        finally:
-            for p in procs:
-                if p.is_alive():
-                    p.kill()
-                    p.join(5)
-        texts = []
-        for out, err in outs:
-            with open(out) as fo, open(err) as fe:
-                texts.append((fo.read(), fe.read()))
-    codes = [p.exitcode for p in procs]
-    return subprocess.CompletedProcess(args, codes[0], *texts[0]), codes
+    return fork_ranks(args, torchrun_envs(env, nproc), ROOT, timeout)
 
 
 def ranks(args, env, nproc, timeout=300) -> str:

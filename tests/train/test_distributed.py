@@ -1,5 +1,8 @@
-"""DDP under torchrun (2 CPU processes, gloo): the trained parameters equal a single-process reference
-that averages the two ranks' gradients by hand; single-process set-up is a no-op wrapper."""
+"""DDP on 2 CPU processes (gloo) started with torchrun's variables: the trained parameters equal a
+single-process reference that averages the two ranks' gradients by hand; single-process set-up is a no-op
+wrapper. The default tier forks the ranks from a server that has imported torch once (``fork_ranks``: the
+same script, environment and rendezvous, without torchrun's agent and three fresh interpreters); the soak
+tier runs the script under torchrun itself."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import torch
 from spectrakit.data.batches import TokenBatches
 from spectrakit.train.distributed import DistInfo, setup, wrap_model
 
+from ..forked_ranks import fork_ranks, torchrun_envs
 from .conftest import pattern_tokens
 
 SCRIPT = textwrap.dedent("""
@@ -40,19 +44,20 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.distributed
-def test_ddp_two_ranks_match_manual_gradient_average(tmp_path):
+@pytest.mark.parametrize("torchrun", [False, pytest.param(True, marks=pytest.mark.soak)])
+def test_ddp_two_ranks_match_manual_gradient_average(tmp_path, torchrun):
     tests = os.path.dirname(os.path.abspath(__file__))
     out = str(tmp_path / "ddp.pt")
     script = tmp_path / "ddp_train.py"
     script.write_text(SCRIPT.format(tests=tests, out=out))
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    if torchrun:
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+            env=env, capture_output=True, text=True, timeout=300)
+    else:
+        proc, codes = fork_ranks([sys.executable, str(script)], torchrun_envs(env, 2), str(tmp_path))
+        assert codes == [0, 0], (codes, proc.stderr[-3000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     ddp_state = torch.load(out)
 

@@ -9,6 +9,7 @@ import pickle
 import random
 import select
 import signal
+import sys
 import time
 import traceback
 
@@ -245,7 +246,10 @@ def test_signal_outside_the_training_loop_stops_at_once(signum, exc, code):
 def _fsdp_saver(workers: str, root: str) -> None:
     from spectrakit.distributed import run_workers
 
-    run_workers(workers + ":saver", 2, args=(root,), timeout=600)
+    # the ranks forked from this single-threaded launcher (torch imported once, by the test process): its
+    # children, in its process group; their print() goes to file descriptor 1 (the pipe), not to pytest's capture
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    run_workers(workers + ":saver", 2, args=(root,), timeout=600, start_method="fork")
 
 
 @pytest.mark.distributed
@@ -253,7 +257,7 @@ def _fsdp_saver(workers: str, root: str) -> None:
 def test_sigkill_of_both_fsdp2_ranks_during_saves(tmp_path, trials):
     """Kill the whole 2-rank FSDP2 job at random moments while it writes sharded checkpoints: the newest
     complete checkpoint always loads (resharded onto one process), with model, optimizer and loop state of one
-    step. One trial here (each starts two fresh ranks); the soak tier runs five."""
+    step. One trial here; the soak tier runs five."""
     workers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_kill_workers.py")
     rng = random.Random(1)
     import spectrakit.distributed  # noqa: F401  (imported once here, not in every forked launcher)

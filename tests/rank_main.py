@@ -1,4 +1,4 @@
-"""One rank of an example script, forked from the test process's fork server (see ``conftest.run_ranks``):
+"""One process of a script, forked from the test process's fork server (see ``forked_ranks.fork_ranks``):
 the globals ``ENV``, ``CWD``, ``SCRIPT``, ``ARGV``, ``STDOUT`` and ``STDERR`` come from ``runpy.run_path``'s
 ``init_globals``. Sets the environment, arguments and output files the way ``torchrun`` / ``python script.py``
 would, then runs the script as ``__main__``; its exit code is the process's (``parser.error`` exits 2).
