@@ -95,6 +95,7 @@ from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, state_dtype
 from spectrakit.optim.fused import fused_base, fused_step_
+from spectrakit.optim.opaque import traced_transform
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
     LMO_POSTS,
@@ -619,8 +620,13 @@ class Spectra(torch.optim.Optimizer):
         distributed subclass overrides (split each batch by owner rank, transform the own slice,
         exchange)."""
         out = []
+        traced = torch.compiler.is_compiling()
         for b in batches:
             fn = POST_TRANSFORMS[b["post"]]
+            if traced and fn is not None:  # one opaque operator call per batch (spectrakit.optim.opaque)
+                out.append(traced_transform(b["U"], b["post"], b["c"], b["steps"], b["dtype"],
+                                            b.get("post_kwargs") or {}))
+                continue
             fn = getattr(fn, "inplace", fn)  # the in-place variant where one exists (may overwrite U)
             fn = functools.partial(fn, **b["post_kwargs"]) if fn is not None and b.get("post_kwargs") else fn
             out.append(b["U"] if fn is None else fn(b["U"], b["c"], b["steps"], b["dtype"]))
