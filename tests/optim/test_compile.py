@@ -295,14 +295,16 @@ def test_compiled_fused_step_with_a_tensor_lr(name):
 _OP = torch.ops.spectrakit.post_transform.default
 _MATMULS = {torch.matmul, torch.mm, torch.bmm, torch.baddbmm, torch.addmm, torch.addbmm, torch.linalg.svd,
             torch.linalg.eigh, torch.Tensor.matmul, torch.Tensor.mm, torch.Tensor.bmm, torch.Tensor.baddbmm_}
+# (optimizer, options, operator calls per traced step): the post-transforms of a group's matrix batches are one
+# call; the pre-clip (before the base direction) one call per batch
 TRACED_TRANSFORMS = {
-    "SpectraAdamW": ("SpectraAdamW", {}, 2),
-    "SpectraSignum": ("SpectraSignum", {}, 2),
-    "pre-clip": ("SpectraAdamW", dict(pre_c=2.0), 4),  # the accurate pre-transform, then the post
-    "spectral_lmo nuclear": ("SpectraSignum", FW["spectral_lmo nuclear"], 2),
-    "linf_fw": ("SpectraSGD", FW["linf_fw"], 2),
-    "hardcap": ("SpectraAdamW", dict(post="hardcap"), 2),
-    "Muon": ("Muon", {}, 2),
+    "SpectraAdamW": ("SpectraAdamW", {}, 1),
+    "SpectraSignum": ("SpectraSignum", {}, 1),
+    "pre-clip": ("SpectraAdamW", dict(pre_c=2.0), 3),  # the accurate pre-transform per batch, then the post
+    "spectral_lmo nuclear": ("SpectraSignum", FW["spectral_lmo nuclear"], 1),
+    "linf_fw": ("SpectraSGD", FW["linf_fw"], 1),
+    "hardcap": ("SpectraAdamW", dict(post="hardcap"), 1),
+    "Muon": ("Muon", {}, 1),
 }
 
 
@@ -325,11 +327,11 @@ _SOAK_CASES = ("SpectraSignum", "linf_fw", "hardcap")
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.soak) if c in _SOAK_CASES else c
                                   for c in TRACED_TRANSFORMS])
-def test_traced_matrix_transform_is_one_operator_call_per_batch(case):
-    """A traced SPECTRA / Frank-Wolfe / Muon step calls ``spectrakit::post_transform`` once per matrix batch
-    (per stage) and traces none of the transform's matmuls; with ``aot_eager`` it equals the eager step bit for
-    bit over 3 steps (one with a nan gradient: skipped), in one graph without recompiles, traced before its
-    first step."""
+def test_traced_matrix_transforms_are_one_operator_call(case):
+    """A traced SPECTRA / Frank-Wolfe / Muon step calls ``spectrakit::post_transform`` once for the matrix
+    batches of the group (the pre-clip: once per batch) and traces none of the transform's matmuls; with
+    ``aot_eager`` it equals the eager step bit for bit over 3 steps (one with a nan gradient: skipped), in one
+    graph without recompiles, traced before its first step."""
     name, kw, calls = TRACED_TRANSFORMS[case]
     dynamo.reset()
     counters.clear()
@@ -365,7 +367,7 @@ def test_eager_step_does_not_call_the_operator(monkeypatch):
     def fail(*args):
         raise AssertionError("operator called eagerly")
 
-    monkeypatch.setattr(spectra, "traced_transform", fail)
+    monkeypatch.setattr(spectra, "traced_transforms", fail)
     p = torch.nn.Parameter(torch.randn(6, 4))
     p.grad = torch.randn(6, 4)
     O.SpectraAdamW([p], lr=1e-2).step()
@@ -401,8 +403,9 @@ def test_traced_tensor_lr_changes_without_recompile_through_the_operator():
                                      ("global_clip", {}), ("newton_schulz5", {}), ("linf_fw", dict(b=0.5)),
                                      ("spectral_lmo", dict(regularizer="nuclear", b=0.1, p=None))])
 def test_operator_kernel_is_the_eager_transform(name, kw):
-    """The operator's kernel returns the eager transform bit for bit (in-place variant on a copy), leaves its input
-    unchanged and never returns it (no alias); its fake kernel gives the shape and dtype without computing."""
+    """The operator's kernel returns the eager transform of each batch of its list bit for bit (in-place variant on
+    a copy), leaves its input unchanged and never returns it (no alias); its fake kernel gives the shape and dtype
+    without computing."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from spectrakit.optim.transforms import POST_TRANSFORMS
@@ -410,12 +413,15 @@ def test_operator_kernel_is_the_eager_transform(name, kw):
     gen = torch.Generator().manual_seed(7)
     U = torch.randn(3, 9, 5, generator=gen) * 4
     before = U.clone()
-    got = _OP(U, name, 2.0, None, None, kw.get("regularizer", "frobenius"), kw.get("b", 1.0), kw.get("p"))
+    U2 = torch.randn(2, 4, 6, generator=gen)
+    got = _OP([U, U2], name, 2.0, None, None, kw.get("regularizer", "frobenius"), kw.get("b", 1.0), kw.get("p"))
     fn = POST_TRANSFORMS[name]
-    want = getattr(fn, "inplace", fn)(U.clone(), 2.0, None, None, **kw)
-    assert torch.equal(got, want) and got.shape == U.shape and got.dtype == U.dtype
+    fn = getattr(fn, "inplace", fn)
+    assert len(got) == 2 and torch.equal(got[1], fn(U2.clone(), 2.0, None, None, **kw))
+    got = got[0]
+    assert torch.equal(got, fn(U.clone(), 2.0, None, None, **kw)) and got.shape == U.shape and got.dtype == U.dtype
     assert torch.equal(U, before) and got.untyped_storage().data_ptr() != U.untyped_storage().data_ptr()
     V = U.double().mT
     with FakeTensorMode() as mode:
-        fake = _OP(mode.from_tensor(V), name, 2.0, 3, torch.bfloat16, "frobenius", 1.0, None)
-    assert fake.shape == (3, 5, 9) and fake.dtype == torch.float64
+        fake = _OP([mode.from_tensor(V)], name, 2.0, 3, torch.bfloat16, "frobenius", 1.0, None)
+    assert len(fake) == 1 and fake[0].shape == (3, 5, 9) and fake[0].dtype == torch.float64
