@@ -322,7 +322,7 @@ def _recording_aot_eager(targets: list):
 
 
 # (cheaper variants of the same trace in the soak tier)
-_SOAK_CASES = ("SpectraSignum", "linf_fw", "hardcap")
+_SOAK_CASES = ("SpectraSignum", "linf_fw", "hardcap", "pre-clip")
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.soak) if c in _SOAK_CASES else c
@@ -425,3 +425,29 @@ def test_operator_kernel_is_the_eager_transform(name, kw):
     with FakeTensorMode() as mode:
         fake = _OP([mode.from_tensor(V)], name, 2.0, 3, torch.bfloat16, "frobenius", 1.0, None)
     assert len(fake) == 1 and fake[0].shape == (3, 5, 9) and fake[0].dtype == torch.float64
+
+
+@pytest.mark.soak
+def test_scheduled_c_reaches_the_operator_without_recompiles():
+    """A decaying clip threshold (``c_schedule`` with a decay: a new ``c_k`` every step, read from the host step
+    counter, one graph break per step as documented) is passed to the operator without a recompile per step: the
+    graphs of the second call serve every later one, and the numbers equal the eager step's bit for bit."""
+    dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(8)
+    init = torch.randn(12, 8, generator=gen)
+    p, q = torch.nn.Parameter(init.clone()), torch.nn.Parameter(init.clone())
+    kw = dict(lr=1e-2, c=1.0, c_schedule={"decay": "linear", "total_steps": 6})
+    opt, ref = O.SpectraAdamW([p], **kw), O.SpectraAdamW([q], **kw)
+    targets: list = []
+    step = torch.compile(opt.step, backend=_recording_aot_eager(targets))
+    graphs = []
+    for _ in range(5):
+        p.grad = torch.randn(p.shape, generator=gen) * 30  # above c: the clip is active
+        q.grad = p.grad.clone()
+        step()
+        ref.step()
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert _OP in targets and graphs[1:] == [graphs[1]] * 4, graphs
+    assert torch.equal(p, q)
+    dynamo.reset()
