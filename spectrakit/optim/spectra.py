@@ -836,7 +836,7 @@ class Spectra(torch.optim.Optimizer):
         pending: list | None = [] if torch.compiler.is_compiling() else None
         for kind, shape, params, alpha in self._plan(group):
             # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
-            buf = views = w = load = store = pre = res = upd = None
+            buf = views = w = load = store = pre = res = upd = U = batch = None
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
             # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
             pdt = self._compute_dtype(group, dev, shape if kind == "matrix" else None)
