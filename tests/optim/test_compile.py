@@ -2,7 +2,9 @@
 eager step; every preset traces in one graph (no graph break), traced before or after its first step, and
 the compiled step is not recompiled on later calls (state created by ``_init_group`` while tracing, step
 counters as tensors). The regularised Frank-Wolfe posts on their CPU (Gram) route too (soak tier). A traced
-plain AdamW/SGD step is one call of the fused operator (spectrakit.optim.fused), bit-identical to eager."""
+plain AdamW/SGD step is one call of the fused operator (spectrakit.optim.fused), bit-identical to eager; a traced
+SPECTRA / Frank-Wolfe / Muon step calls its matrix transforms as one operator (spectrakit.optim.opaque), no
+matmul traced, bit-identical to eager."""
 
 from __future__ import annotations
 
