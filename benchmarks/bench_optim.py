@@ -23,12 +23,13 @@ Also reports the FLOP-count bound of the soft clips of SpectraAdamW: model FLOPs
 ``linalg.soft_clip(method="polar")`` divided by the measured matmul throughput of the device in the compute
 dtype, and (CUDA) whether ``torch.cuda.set_sync_debug_mode("error")`` passes for our optimizers.
 
-``--compile-widths 192`` (with ``--presets``, ``--backend``): for each preset and width, the eager step and
-the ``torch.compile``-d step (``torch.compile(opt.step)``, default inductor) of our optimizer and of its torch
-counterpart (torch AdamW for AdamW, Lion and Signum, torch SGD for SGD; foreach on CPU, fused on CUDA), in
-interleaved rounds, medians of the per-round ratios; the first compiled call's time (the compile; set
-``TORCHINDUCTOR_CACHE_DIR`` to an empty folder for a cold compile, else inductor's caches shorten it), graph
-breaks (``torch._dynamo.explain`` of a twin optimizer) and recompiles over the timed calls.
+``--compile-widths 192`` (with ``--presets``, ``--backend``; ``--presets`` also takes
+``SpectraSignum-nuclear`` and ``SpectraSignum-linf_fw``, the Frank-Wolfe posts): for each preset and width,
+the eager step and the ``torch.compile``-d step (``torch.compile(opt.step)``, default inductor) of our
+optimizer and of its torch counterpart (torch AdamW for AdamW, Lion and Signum, torch SGD for SGD; foreach on
+CPU, fused on CUDA), in interleaved rounds, medians of the per-round ratios; the first compiled call's time (the
+compile; set ``TORCHINDUCTOR_CACHE_DIR`` to an empty folder for a cold compile, else inductor's caches shorten
+it), graph breaks (``torch._dynamo.explain`` of a twin optimizer) and recompiles over the timed calls.
 
 Usage: ``python benchmarks/bench_optim.py`` (GPU: the 124M LLaMA preset, d = 768, 12 layers, SwiGLU 2048,
 untied 50304 vocab; CPU: the ``small`` preset, d = 192, 2 layers, hidden 512, vocab 2048).
@@ -401,6 +402,12 @@ def bench_widths(widths, device: str, reps: int, max_bf16_s: float, lmo: bool = 
 
 
 TORCH_COUNTERPART = {"AdamW": "AdamW", "SGD": "SGD", "Lion": "AdamW", "Signum": "AdamW"}
+# --presets names beyond the optimizer classes: (class, options); the regularised Frank-Wolfe post at the b of the
+# CLI presets (Jiang, Semenov & Stich 2026, §3.1)
+COMPILE_VARIANTS = {
+    "SpectraSignum-nuclear": ("SpectraSignum", dict(post="spectral_lmo", regularizer="nuclear", b=4.0)),
+    "SpectraSignum-linf_fw": ("SpectraSignum", dict(post="linf_fw")),
+}
 
 
 def _make(name: str, params, cuda: bool):
@@ -413,7 +420,8 @@ def _make(name: str, params, cuda: bool):
         if name == "torch SGD":
             return torch.optim.SGD(params, lr=1e-3, momentum=0.9, **kind)
         return torch.optim.AdamW(params, lr=1e-3, **kind)
-    return getattr(O, name)(params, lr=1e-3)
+    name, options = COMPILE_VARIANTS.get(name, (name, {}))
+    return getattr(O, name)(params, lr=1e-3, **options)
 
 
 def bench_compile(widths, presets, device: str, reps: int, backend: str) -> list[dict]:
@@ -585,7 +593,8 @@ def main() -> None:
                         help="comma-separated widths: eager and torch.compile-d steps of --presets and their torch "
                              "counterparts, compile time, graph breaks, recompiles")
     parser.add_argument("--presets", default="AdamW,SGD,Lion,Signum",
-                        help="with --compile-widths: comma-separated preset names of spectrakit.optim")
+                        help="with --compile-widths: comma-separated preset names of spectrakit.optim, or "
+                             "SpectraSignum-nuclear / SpectraSignum-linf_fw (its Frank-Wolfe posts)")
     parser.add_argument("--backend", default="inductor", help="with --compile-widths: torch.compile backend")
     parser.add_argument("--max-bf16-s", type=float, default=30.0,
                         help="with --widths: skip the bf16 yardstick where its estimated step exceeds this many "
@@ -614,9 +623,10 @@ def main() -> None:
         import spectrakit.optim as O
 
         presets = [p for p in args.presets.split(",") if p]
-        bad = [p for p in presets if not isinstance(getattr(O, p, None), type)]
+        bad = [p for p in presets if not isinstance(getattr(O, p, None), type) and p not in COMPILE_VARIANTS]
         if bad or not presets:
-            parser.error(f"--presets must name optimizers of spectrakit.optim, got {bad or args.presets!r}")
+            parser.error(f"--presets must name optimizers of spectrakit.optim or {', '.join(COMPILE_VARIANTS)}, "
+                         f"got {bad or args.presets!r}")
         load = os.getloadavg()
         rows = bench_compile(widths, presets, args.device, args.reps, args.backend)
         env = environment()

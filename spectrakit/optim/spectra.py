@@ -95,6 +95,7 @@ from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, state_dtype
 from spectrakit.optim.fused import fused_base, fused_step_
+from spectrakit.optim.opaque import traced_transforms
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
     LMO_POSTS,
@@ -147,14 +148,15 @@ def _counter(value) -> torch.Tensor:
     return torch.as_tensor(value, dtype=torch.int64, device="cpu").detach().clone().reshape(())
 
 
-def _separate_work(group, base, per_tensor, pre_c_k, params, wdt) -> bool:
-    """Whether a flat batch gets one work tensor per parameter instead of views of one buffer: only while
-    ``torch.compile`` traces the step, for an element-wise group (no post-transform, no vector clip or
-    pre-clip) whose base chains tensor by tensor (it never touches the joint buffer). Same arithmetic.
-    Measured (inductor, CPU, AdamW on 4 parameters): compiled step 13.2 ms with one buffer, 1.13 ms with
-    separate tensors (eager 1-2.5 ms)."""
+def _separate_work(group, base, per_tensor, pre_c_k, params, wdt, matrix: bool = False) -> bool:
+    """Whether a batch gets one work tensor per parameter instead of views of one buffer: only while
+    ``torch.compile`` traces the step, for a base that chains tensor by tensor (it never touches the joint
+    buffer) without pre-clip; a flat batch of an element-wise group (no post-transform, no vector clip), or a
+    ``matrix`` batch (stacked for its post-transform after the direction). Same arithmetic. Measured (inductor,
+    CPU, AdamW on 4 parameters): compiled step 13.2 ms with one buffer, 1.13 ms with separate tensors (eager
+    1-2.5 ms): after functionalization, each write to a view of the buffer is a copy of the whole buffer."""
     return (torch.compiler.is_compiling() and per_tensor and getattr(base, "chains", False) and pre_c_k is None
-            and POST_TRANSFORMS[group["post"]] is None and not group["vector_clip"]
+            and (matrix or (POST_TRANSFORMS[group["post"]] is None and not group["vector_clip"]))
             and all(p.grad.dtype == wdt for p in params))
 
 
@@ -618,6 +620,8 @@ class Spectra(torch.optim.Optimizer):
         variant ``fn.inplace`` of a transform, used when present, e.g. the fast soft clip). This is the step a
         distributed subclass overrides (split each batch by owner rank, transform the own slice,
         exchange)."""
+        if torch.compiler.is_compiling():  # opaque operator calls, one per run of alike batches
+            return traced_transforms(batches)
         out = []
         for b in batches:
             fn = POST_TRANSFORMS[b["post"]]
@@ -825,9 +829,14 @@ class Spectra(torch.optim.Optimizer):
         if pre_c_k == math.inf:  # pre_c = inf: no pre-clip
             pre_c_k = None
         post = group["post"]
+        # traced: the matrix batches' post-transforms are made after every batch's direction, in one call of
+        # the hook (one operator call, spectrakit.optim.opaque): each call is a fusion barrier of the compiled
+        # step, and every stretch of element-wise code between two barriers is one more generated kernel to
+        # compile; eagerly, batch by batch (one work tensor alive at a time)
+        pending: list | None = [] if torch.compiler.is_compiling() else None
         for kind, shape, params, alpha in self._plan(group):
             # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
-            buf = views = w = load = store = pre = res = upd = deltas = None
+            buf = views = w = load = store = pre = res = upd = U = batch = None
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
             # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
             pdt = self._compute_dtype(group, dev, shape if kind == "matrix" else None)
@@ -835,10 +844,10 @@ class Spectra(torch.optim.Optimizer):
             ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
                     else ok.to(device=dev, dtype=wdt, non_blocking=True))
             grads = [p.grad for p in params]
-            if kind == "matrix":
+            if kind == "matrix" and not _separate_work(group, base, per_tensor, pre_c_k, params, wdt, True):
                 buf = torch.empty((len(params), *shape), dtype=wdt, device=dev)
                 views = [v.view(p.shape) for v, p in zip(buf.unbind(0), params)]
-            elif _separate_work(group, base, per_tensor, pre_c_k, params, wdt):
+            elif _separate_work(group, base, per_tensor, pre_c_k, params, wdt, kind == "matrix"):
                 # traced: one work tensor per parameter (writes to views of one buffer are copies of the
                 # whole buffer after functionalization); the element-wise chain below never uses ``buf``
                 buf, views = None, [torch.empty(p.shape, dtype=wdt, device=dev) for p in params]
@@ -914,26 +923,35 @@ class Spectra(torch.optim.Optimizer):
             if identity:
                 upd = buf
             elif kind == "matrix":
-                upd = self._post_transform_groups(
-                    [{"U": buf, "params": params, "stage": "post", "post": post, "c": c_k,
-                      "steps": group["post_steps"], "dtype": pdt, "post_kwargs": post_kwargs(group, post)}]
-                )[0]  # the work tensor or a fresh output: ours to modify
+                U = buf if buf is not None else torch.stack([v.view(shape) for v in views])
+                batch = {"U": U, "params": params, "stage": "post", "post": post, "c": c_k,
+                         "steps": group["post_steps"], "dtype": pdt, "post_kwargs": post_kwargs(group, post)}
+                if pending is not None:
+                    pending.append((batch, lr_wd, ok_d, scale, per_tensor))
+                    continue
+                upd = self._post_transform_groups([batch])[0]  # the work tensor or a fresh output: ours to modify
             else:
                 w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), c_k))
                 upd = buf
             if not identity and kind == "matrix":
-                # a non-finite update (a post-transform that broke down) is not applied: this batch's
-                # parameters keep their values and the step counts as skipped (no host read)
-                fin = self._finite_(upd)
-                self._post_flags.append(fin)
-                ok_d, scale = ok_d * fin, scale * fin
-            # (4) p <- (1 - lr wd ok) p + scale * upd, cancelled when ok = 0
-            if kind == "matrix":
-                deltas = [d.view(p.shape) for d, p in zip(upd.unbind(0), params)]
-            else:
-                deltas = views
-            # (identity post-transform: the base applied scale)
-            self._apply_update(params, deltas, lr_wd, ok_d, None if identity else scale, per_tensor, upd)
+                self._finish_matrix_batch(params, upd, lr_wd, ok_d, scale, per_tensor)
+                continue
+            # (4) p <- (1 - lr wd ok) p + upd (the base applied scale) or (vector clip) + scale * upd
+            self._apply_update(params, views, lr_wd, ok_d, None if identity else scale, per_tensor, upd)
+        if pending:
+            updates = self._post_transform_groups([b for b, *_ in pending])
+            for (batch, lr_wd, ok_d, scale, per_tensor), upd in zip(pending, updates):
+                self._finish_matrix_batch(batch["params"], upd, lr_wd, ok_d, scale, per_tensor)
+
+    def _finish_matrix_batch(self, params, upd, lr_wd, ok_d, scale, per_tensor: bool) -> None:
+        """Steps (3)-(4) after a matrix batch's post-transform ``upd`` (``(B, m, n)``, ours to modify): a
+        non-finite update (a post-transform that broke down) is not applied (this batch's parameters keep their
+        values and the step counts as skipped, no host read), else ``p <- (1 - lr wd ok) p + scale * upd``."""
+        fin = self._finite_(upd)
+        self._post_flags.append(fin)
+        ok_d, scale = ok_d * fin, scale * fin
+        deltas = [d.view(p.shape) for d, p in zip(upd.unbind(0), params)]
+        self._apply_update(params, deltas, lr_wd, ok_d, scale, per_tensor, upd)
 
     def _scratch(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A 1-D buffer of at least ``numel`` elements, kept across steps (not in ``state_dict``): the

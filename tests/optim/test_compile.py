@@ -2,7 +2,9 @@
 eager step; every preset traces in one graph (no graph break), traced before or after its first step, and
 the compiled step is not recompiled on later calls (state created by ``_init_group`` while tracing, step
 counters as tensors). The regularised Frank-Wolfe posts on their CPU (Gram) route too (soak tier). A traced
-plain AdamW/SGD step is one call of the fused operator (spectrakit.optim.fused), bit-identical to eager."""
+plain AdamW/SGD step is one call of the fused operator (spectrakit.optim.fused), bit-identical to eager; a traced
+SPECTRA / Frank-Wolfe / Muon step calls its matrix transforms as one operator (spectrakit.optim.opaque), no
+matmul traced, bit-identical to eager."""
 
 from __future__ import annotations
 
@@ -287,4 +289,167 @@ def test_compiled_fused_step_with_a_tensor_lr(name):
     assert counters["stats"]["unique_graphs"] == 1
     assert all(torch.equal(p, q) for p, q in zip(ps, qs))
     assert int(opt.skipped_steps) == int(ref.skipped_steps) == 1
+    dynamo.reset()
+
+
+# --- the matrix transforms as one opaque operator call per batch (spectrakit.optim.opaque) ---------------------
+
+_OP = torch.ops.spectrakit.post_transform.default
+_MATMULS = {torch.matmul, torch.mm, torch.bmm, torch.baddbmm, torch.addmm, torch.addbmm, torch.linalg.svd,
+            torch.linalg.eigh, torch.Tensor.matmul, torch.Tensor.mm, torch.Tensor.bmm, torch.Tensor.baddbmm_}
+# (optimizer, options, operator calls per traced step): the post-transforms of a group's matrix batches are one
+# call; the pre-clip (before the base direction) one call per batch
+TRACED_TRANSFORMS = {
+    "SpectraAdamW": ("SpectraAdamW", {}, 1),
+    "SpectraSignum": ("SpectraSignum", {}, 1),
+    "pre-clip": ("SpectraAdamW", dict(pre_c=2.0), 3),  # the accurate pre-transform per batch, then the post
+    "spectral_lmo nuclear": ("SpectraSignum", FW["spectral_lmo nuclear"], 1),
+    "linf_fw": ("SpectraSGD", FW["linf_fw"], 1),
+    "hardcap": ("SpectraAdamW", dict(post="hardcap"), 1),
+    "Muon": ("Muon", {}, 1),
+}
+
+
+def _recording_aot_eager(targets: list):
+    """``aot_eager`` (functionalized graph, run eagerly) that also records the call targets of dynamo's graph."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    aot_eager = lookup_backend("aot_eager")
+
+    def backend(gm, example_inputs):
+        targets.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
+        return aot_eager(gm, example_inputs)
+
+    return backend
+
+
+# (cheaper variants of the same trace in the soak tier)
+_SOAK_CASES = ("SpectraSignum", "linf_fw", "hardcap", "pre-clip")
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.soak) if c in _SOAK_CASES else c
+                                  for c in TRACED_TRANSFORMS])
+def test_traced_matrix_transforms_are_one_operator_call(case):
+    """A traced SPECTRA / Frank-Wolfe / Muon step calls ``spectrakit::post_transform`` once for the matrix
+    batches of the group (the pre-clip: once per batch) and traces none of the transform's matmuls; with
+    ``aot_eager`` it equals the eager step bit for bit over 3 steps (one with a nan gradient: skipped), in one
+    graph without recompiles, traced before its first step."""
+    name, kw, calls = TRACED_TRANSFORMS[case]
+    dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(5)
+    shapes = [(12, 8), (8, 12), (12, 8), (8,)]  # two matrix batches, (12, 8) x 2 and (8, 12)
+    init = [torch.randn(s, generator=gen) for s in shapes]
+    ps = [torch.nn.Parameter(x.clone()) for x in init]
+    qs = [torch.nn.Parameter(x.clone()) for x in init]
+    opt, ref = getattr(O, name)(ps, lr=1e-2, **kw), getattr(O, name)(qs, lr=1e-2, **kw)
+    targets: list = []
+    step = torch.compile(opt.step, backend=_recording_aot_eager(targets))
+    with dynamo.config.patch(error_on_recompile=True):
+        for k in range(3):
+            for p, q in zip(ps, qs):
+                p.grad = torch.randn(p.shape, generator=gen) * 10
+                q.grad = p.grad.clone()
+            if k == 1:
+                ps[1].grad[0, 0] = qs[1].grad[0, 0] = float("nan")
+            step()
+            ref.step()
+    assert targets.count(_OP) == calls, targets.count(_OP)
+    assert not _MATMULS & set(targets)
+    assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
+    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
+    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 1
+    dynamo.reset()
+
+
+def test_eager_step_does_not_call_the_operator(monkeypatch):
+    """Outside a trace the transform is the eager function (the operator is for ``torch.compile`` only)."""
+    import spectrakit.optim.spectra as spectra
+
+    def fail(*args):
+        raise AssertionError("operator called eagerly")
+
+    monkeypatch.setattr(spectra, "traced_transforms", fail)
+    p = torch.nn.Parameter(torch.randn(6, 4))
+    p.grad = torch.randn(6, 4)
+    O.SpectraAdamW([p], lr=1e-2).step()
+
+
+def test_traced_tensor_lr_changes_without_recompile_through_the_operator():
+    """SpectraAdamW with a 0-d tensor lr changed in place between compiled calls: one graph, the operator in it,
+    the eager numbers bit for bit."""
+    dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(6)
+    init = [torch.randn(s, generator=gen) for s in [(10, 6), (6,)]]
+    ps, qs = [torch.nn.Parameter(x.clone()) for x in init], [torch.nn.Parameter(x.clone()) for x in init]
+    lr_p, lr_q = torch.tensor(1e-2), torch.tensor(1e-2)
+    opt, ref = O.SpectraAdamW(ps, lr=lr_p), O.SpectraAdamW(qs, lr=lr_q)
+    targets: list = []
+    step = torch.compile(opt.step, backend=_recording_aot_eager(targets))
+    with dynamo.config.patch(error_on_recompile=True):
+        for value in (1e-2, 3e-2, 5e-3):
+            lr_p.fill_(value)
+            lr_q.fill_(value)
+            for p, q in zip(ps, qs):
+                p.grad = torch.randn(p.shape, generator=gen)
+                q.grad = p.grad.clone()
+            step()
+            ref.step()
+    assert _OP in targets and counters["stats"]["unique_graphs"] == 1
+    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
+    dynamo.reset()
+
+
+@pytest.mark.parametrize("name,kw", [("soft_clip", {}), ("soft_clip_accurate", {}), ("hardcap", {}),
+                                     ("global_clip", {}), ("newton_schulz5", {}), ("linf_fw", dict(b=0.5)),
+                                     ("spectral_lmo", dict(regularizer="nuclear", b=0.1, p=None))])
+def test_operator_kernel_is_the_eager_transform(name, kw):
+    """The operator's kernel returns the eager transform of each batch of its list bit for bit (in-place variant on
+    a copy), leaves its input unchanged and never returns it (no alias); its fake kernel gives the shape and dtype
+    without computing."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from spectrakit.optim.transforms import POST_TRANSFORMS
+
+    gen = torch.Generator().manual_seed(7)
+    U = torch.randn(3, 9, 5, generator=gen) * 4
+    before = U.clone()
+    U2 = torch.randn(2, 4, 6, generator=gen)
+    got = _OP([U, U2], name, 2.0, None, None, kw.get("regularizer", "frobenius"), kw.get("b", 1.0), kw.get("p"))
+    fn = POST_TRANSFORMS[name]
+    fn = getattr(fn, "inplace", fn)
+    assert len(got) == 2 and torch.equal(got[1], fn(U2.clone(), 2.0, None, None, **kw))
+    got = got[0]
+    assert torch.equal(got, fn(U.clone(), 2.0, None, None, **kw)) and got.shape == U.shape and got.dtype == U.dtype
+    assert torch.equal(U, before) and got.untyped_storage().data_ptr() != U.untyped_storage().data_ptr()
+    V = U.double().mT
+    with FakeTensorMode() as mode:
+        fake = _OP([mode.from_tensor(V)], name, 2.0, 3, torch.bfloat16, "frobenius", 1.0, None)
+    assert len(fake) == 1 and fake[0].shape == (3, 5, 9) and fake[0].dtype == torch.float64
+
+
+@pytest.mark.soak
+def test_scheduled_c_reaches_the_operator_without_recompiles():
+    """A decaying clip threshold (``c_schedule`` with a decay: a new ``c_k`` every step, read from the host step
+    counter, one graph break per step as documented) is passed to the operator without a recompile per step: the
+    graphs of the second call serve every later one, and the numbers equal the eager step's bit for bit."""
+    dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(8)
+    init = torch.randn(12, 8, generator=gen)
+    p, q = torch.nn.Parameter(init.clone()), torch.nn.Parameter(init.clone())
+    kw = dict(lr=1e-2, c=1.0, c_schedule={"decay": "linear", "total_steps": 6})
+    opt, ref = O.SpectraAdamW([p], **kw), O.SpectraAdamW([q], **kw)
+    targets: list = []
+    step = torch.compile(opt.step, backend=_recording_aot_eager(targets))
+    graphs = []
+    for _ in range(5):
+        p.grad = torch.randn(p.shape, generator=gen) * 30  # above c: the clip is active
+        q.grad = p.grad.clone()
+        step()
+        ref.step()
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert _OP in targets and graphs[1:] == [graphs[1]] * 4, graphs
+    assert torch.equal(p, q)
     dynamo.reset()
