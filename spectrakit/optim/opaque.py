@@ -42,7 +42,9 @@ def _one(U: torch.Tensor, name: str, c: float, steps: int | None, dtype: torch.d
     if inplace is not None:  # the optimizer's eager call, on a copy of its contiguous work tensor
         return inplace(U.clone(memory_format=torch.contiguous_format), c, steps, dtype, **kwargs)
     out = U.clone() if fn is None else fn(U, c, steps, dtype, **kwargs)
-    return out.clone() if _alias(out, U) else out  # an operator's output must not alias its input
+    if _alias(out, U):  # an operator's output must not alias its input
+        out = out.clone(memory_format=torch.contiguous_format)
+    return out.contiguous()  # the strides the fake kernel gives (a tall-transposed result is a transposed view)
 
 
 def _post_transform(U: list[torch.Tensor], name: str, c: float, steps: int | None, dtype: torch.dtype | None,
