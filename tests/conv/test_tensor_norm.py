@@ -127,12 +127,14 @@ def test_gradient_matches_fd_and_autograd(shape, stride):
     K = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     val, st = tn_bound(K, stride=stride, spatial_dims=d, iters=500)
     (g,) = torch.autograd.grad(val, K)
-    # finite differences of the converged value along random directions
+    # finite differences of the converged value along random directions (warm-started from the maximiser at K,
+    # which moves by O(eps): the value's error is O(eps^2) at once; measured difference quotient within 6e-7 of
+    # the gradient after 50 sweeps, as after 300)
     for _ in range(3):
         D = torch.randn_like(K)
         eps = 1e-6
-        vp, _ = tn_bound(K.detach() + eps * D, stride=stride, spatial_dims=d, iters=300, state=st)
-        vm, _ = tn_bound(K.detach() - eps * D, stride=stride, spatial_dims=d, iters=300, state=st)
+        vp, _ = tn_bound(K.detach() + eps * D, stride=stride, spatial_dims=d, iters=50, state=st)
+        vm, _ = tn_bound(K.detach() - eps * D, stride=stride, spatial_dims=d, iters=50, state=st)
         torch.testing.assert_close((vp - vm) / (2 * eps), (g * D).sum(), rtol=1e-5, atol=1e-8)
     # autograd through complex HOPM sweeps from the converged vectors (no custom backward)
     from spectrakit.conv.kernel import effective_kernel
