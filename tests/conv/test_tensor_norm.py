@@ -87,9 +87,12 @@ def test_complex_vectors_needed():
     torch.testing.assert_close(bound, torch.linalg.matrix_norm(T, ord=2), rtol=1e-6, atol=0)  # = 8
 
 
-def test_reliability_100_kernels():
+@pytest.mark.parametrize("n", [30, pytest.param(100, marks=pytest.mark.soak)])
+def test_reliability_100_kernels(n):
+    """The default restarts on every kernel of a Gaussian sample (30 in the default tier, 100 in the soak tier)
+    within 1e-3 of a 256-start reference; one start misses by > 1% on some (measured 11% / 21%)."""
     torch.manual_seed(1)
-    K = torch.randn(100, 8, 8, 3, 3)
+    K = torch.randn(n, 8, 8, 3, 3)
     ref, _ = tensor_spectral_norm(K, batch_dims=1, iters=60, restarts=256)
     val, _ = tensor_spectral_norm(K, batch_dims=1)
     assert ((ref - val) / ref).max() < 1e-3
