@@ -204,7 +204,9 @@ def test_manifold_sgd_step_has_no_host_reads():
     g = torch.Generator().manual_seed(1)
     a = torch.nn.Parameter(torch.randn(6, 10, generator=g) * 0.1)
     b = torch.nn.Parameter(torch.eye(8) / 8)
-    opt = ManifoldSGD([{"params": [a], "manifold": SpectralBall(1.0), "dualizer": "pdhg"},
+    # 4 PDHG iterations (default 32): every iteration runs the same code
+    opt = ManifoldSGD([{"params": [a], "manifold": SpectralBall(1.0), "dualizer": "pdhg",
+                        "dualizer_options": {"steps": 4}},
                        {"params": [b], "manifold": Spectrahedron(), "dualizer": "alternating"}], lr=0.05,
                       momentum=0.9)
     for _ in range(2):

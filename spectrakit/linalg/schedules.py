@@ -55,6 +55,11 @@ def _critical_points(coef, lo: float, hi: float) -> list[float]:
     return [p for p in pts if lo < p < hi]
 
 
+# Remez exchange: a move of the reference points below this fraction of the interval that is no smaller than
+# the previous one is rounding noise (the exchange has converged)
+_REMEZ_STALL = 1e-9
+
+
 def minimax_quintic(lo: float, hi: float, *, iters: int = 100, tol: float = 1e-15):
     """Minimax odd quintic approximation of 1 on ``[lo, hi]`` (``0 < lo < hi``) by Remez exchange.
 
@@ -68,6 +73,7 @@ def minimax_quintic(lo: float, hi: float, *, iters: int = 100, tol: float = 1e-1
     if lo / hi < 0.1:
         ref[1], ref[2] = hi * 0.35, hi * 0.8
     coef, err = (0.0, 0.0, 0.0), 1.0
+    last_move = math.inf
     for _ in range(iters):
         signs = np.array([1.0, -1.0, 1.0, -1.0])  # e = 1 - p: +E, -E, +E, -E
         mat = np.stack([ref, ref**3, ref**5, signs], axis=1)
@@ -77,10 +83,13 @@ def minimax_quintic(lo: float, hi: float, *, iters: int = 100, tol: float = 1e-1
         if len(crit) != 2:
             break
         new = np.array([lo, crit[0], crit[1], hi])
-        if np.max(np.abs(new - ref)) <= tol * hi:
+        move = float(np.max(np.abs(new - ref)))
+        # converged, or stalled at rounding level: the exchange converges quadratically (a move of ~1e-12 hi
+        # after 3-4 exchanges), then the reference points jitter by 1e-14..1e-12 hi without converging
+        if move <= tol * hi or (move <= _REMEZ_STALL * hi and move >= last_move):
             ref = new
             break
-        ref = new
+        ref, last_move = new, move
     # true max error on the interval (exact from critical points and endpoints)
     pts = [lo, hi] + _critical_points(coef, lo, hi)
     err = max(abs(1.0 - _poly(coef, x)) for x in pts)

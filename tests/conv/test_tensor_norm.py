@@ -1,6 +1,8 @@
 """TN bound vs dense Jacobian SVD, HOPM reliability, warm start, Prop. 1 gradient, input validation."""
 
+import functools
 import math
+import zlib
 
 import pytest
 import torch
@@ -10,7 +12,7 @@ from spectrakit.conv import TNState, dense_jacobian, tensor_spectral_norm, tn_bo
 
 
 def _kernel(kind, shape):
-    g = torch.Generator().manual_seed(hash((kind, shape)) % 2**31)
+    g = torch.Generator().manual_seed(zlib.crc32(repr((kind, shape)).encode()))  # hash() varies per run
     K = torch.randn(*shape, generator=g, dtype=torch.float64)
     d = len(shape) - 2
     if kind == "rank1":            # spatially rank-1: K = A o s
@@ -35,15 +37,28 @@ CASES = [  # (kernel shape, stride, input size)
 ]
 
 
+KINDS = ["gauss", "rank1", "single_tap", "huge", "tiny", "illcond"]
+
+
+@functools.cache
+def _tn_all_kinds(shape, stride):
+    """The TN bounds of the kernels of every kind of one shape, from one batched call (the bound depends on
+    neither the padding nor the input size, so every case of the shape shares it)."""
+    K = torch.stack([_kernel(kind, shape) for kind in KINDS])
+    tn, _ = tn_bound(K, stride=stride, spatial_dims=len(shape) - 2, generator=torch.Generator().manual_seed(7))
+    assert tn.shape == (len(KINDS),)
+    return tn
+
+
 @pytest.mark.parametrize("shape,stride,n", CASES)
-@pytest.mark.parametrize("kind", ["gauss", "rank1", "single_tap", "huge", "tiny", "illcond"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mode", ["zeros", "circular"])
 def test_tn_brackets_dense_norm(shape, stride, n, kind, mode):
     d = len(shape) - 2
     K = _kernel(kind, shape)
     T = dense_jacobian(K, n, stride=stride, spatial_dims=d, padding_mode=mode)
     t = torch.linalg.matrix_norm(T, ord=2)
-    tn, _ = tn_bound(K, stride=stride, spatial_dims=d)
+    tn = _tn_all_kinds(shape, stride)[KINDS.index(kind)]
     ks = [math.ceil(k / stride) for k in shape[2:]]
     assert tn >= t * (1 - 1e-4)
     assert tn <= math.sqrt(math.prod(ks)) * t * (1 + 1e-4)
@@ -72,9 +87,12 @@ def test_complex_vectors_needed():
     torch.testing.assert_close(bound, torch.linalg.matrix_norm(T, ord=2), rtol=1e-6, atol=0)  # = 8
 
 
-def test_reliability_100_kernels():
+@pytest.mark.parametrize("n", [30, pytest.param(100, marks=pytest.mark.soak)])
+def test_reliability_100_kernels(n):
+    """The default restarts on every kernel of a Gaussian sample (30 in the default tier, 100 in the soak tier)
+    within 1e-3 of a 256-start reference; one start misses by > 1% on some (measured 11% / 21%)."""
     torch.manual_seed(1)
-    K = torch.randn(100, 8, 8, 3, 3)
+    K = torch.randn(n, 8, 8, 3, 3)
     ref, _ = tensor_spectral_norm(K, batch_dims=1, iters=60, restarts=256)
     val, _ = tensor_spectral_norm(K, batch_dims=1)
     assert ((ref - val) / ref).max() < 1e-3
@@ -112,12 +130,14 @@ def test_gradient_matches_fd_and_autograd(shape, stride):
     K = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
     val, st = tn_bound(K, stride=stride, spatial_dims=d, iters=500)
     (g,) = torch.autograd.grad(val, K)
-    # finite differences of the converged value along random directions
+    # finite differences of the converged value along random directions (warm-started from the maximiser at K,
+    # which moves by O(eps): the value's error is O(eps^2) at once; measured difference quotient within 6e-7 of
+    # the gradient after 50 sweeps, as after 300)
     for _ in range(3):
         D = torch.randn_like(K)
         eps = 1e-6
-        vp, _ = tn_bound(K.detach() + eps * D, stride=stride, spatial_dims=d, iters=300, state=st)
-        vm, _ = tn_bound(K.detach() - eps * D, stride=stride, spatial_dims=d, iters=300, state=st)
+        vp, _ = tn_bound(K.detach() + eps * D, stride=stride, spatial_dims=d, iters=50, state=st)
+        vm, _ = tn_bound(K.detach() - eps * D, stride=stride, spatial_dims=d, iters=50, state=st)
         torch.testing.assert_close((vp - vm) / (2 * eps), (g * D).sum(), rtol=1e-5, atol=1e-8)
     # autograd through complex HOPM sweeps from the converged vectors (no custom backward)
     from spectrakit.conv.kernel import effective_kernel

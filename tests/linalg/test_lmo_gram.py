@@ -270,8 +270,7 @@ def test_autograd_and_traced_calls_take_the_out_of_place_eigh():
             return spectral_lmo_(x, "schatten", b=0.4, radius=2.0, p=3.0)
 
     torch._dynamo.reset()
-    explained = torch._dynamo.explain(inplace)(g.clone())
-    assert explained.graph_break_count == 0, explained.break_reasons
+    # fullgraph=True: a graph break raises (with its reason), so one trace checks both
     traced = torch.compile(inplace, backend="eager", fullgraph=True)(g.clone())
     torch.testing.assert_close(traced, ref, rtol=1e-10, atol=1e-12)
     torch._dynamo.reset()

@@ -49,8 +49,9 @@ def _problems():
 PROBLEMS = _problems()
 DUALIZERS = {
     "alternating1": lambda S, W, G, n: alternating(S, W, G, ETA, norm=n, steps=1),
-    "pdhg": lambda S, W, G, n: pdhg(S, W, G, ETA, norm=n, steps=200),
-    "dual_ascent": lambda S, W, G, n: dual_ascent(S, W, G, ETA, norm=n, steps=300),
+    # under the Frobenius norm both reach the closed form to rounding (~1e-15) within 50 steps
+    "pdhg": lambda S, W, G, n: pdhg(S, W, G, ETA, norm=n, steps=100),
+    "dual_ascent": lambda S, W, G, n: dual_ascent(S, W, G, ETA, norm=n, steps=150),
 }
 
 
@@ -101,8 +102,10 @@ def test_operator_norm_against_brute_force(kind, norm):
     faces = [(u[:, None], v[:, None], lower)]
     naive_val = _inner(G, naive(S, W, G, ETA, norm=norm))
     assert naive_val < val_bf - 1e-3  # the unconstrained LMO is better but infeasible: not vacuous
-    results = {"pdhg": pdhg(S, W, G, ETA, norm=norm, steps=400),
-               "dual_ascent": dual_ascent(S, W, G, ETA, norm=norm, steps=1500)}
+    # measured: dual ascent within 5e-13 of the brute-force value after 300 steps (tolerance 1e-4), PDHG
+    # within 2e-15 after 100 (tolerance 1e-6)
+    results = {"pdhg": pdhg(S, W, G, ETA, norm=norm, steps=200),
+               "dual_ascent": dual_ascent(S, W, G, ETA, norm=norm, steps=300)}
     for name, A in results.items():
         rel = 1e-6 if name == "pdhg" else 1e-4  # dual ascent is a subgradient method: slower (seed A1.2.4)
         assert abs(_inner(G, A) - val_bf) <= rel * abs(val_bf), name
@@ -119,8 +122,11 @@ def test_pdhg_and_dual_ascent_agree_and_are_feasible(prob, norm):
     _, S, W, faces = prob
     G = torch.randn(W.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(13))
     scale = math.sqrt(W.shape[-2] / W.shape[-1]) if norm == "rms" else 1.0
-    A_p = pdhg(S, W, G, ETA, norm=norm, steps=300)
-    A_d = dual_ascent(S, W, G, ETA, norm=norm, steps=600)
+    # the PSD cone converges slowest (agreement 4.6e-5 after 300/600 steps, tolerance 1e-4); the other sets
+    # agree within 2e-7 after 150/300 (measured)
+    n_p, n_d = (300, 600) if prob[0] == "psd" else (150, 300)
+    A_p = pdhg(S, W, G, ETA, norm=norm, steps=n_p)
+    A_d = dual_ascent(S, W, G, ETA, norm=norm, steps=n_d)
     A_1 = alternating(S, W, G, ETA, norm=norm, steps=1)
     assert abs(_inner(G, A_p) - _inner(G, A_d)) <= 1e-4 * abs(_inner(G, A_p))
     for A in (A_p, A_d):
