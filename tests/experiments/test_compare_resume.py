@@ -15,7 +15,7 @@ from spectrakit.train import diagnostics, interrupt
 
 # 12 steps: checkpoints at 5, 10 and 12, evaluations at 5, 10 and 12, diagnostics at 0, 5, 10 and 11 (the last
 # step's spectra), training log lines at 10 and 12
-ARGS = ["compare", "--optimizers", "adamw,spectra-adamw", "--tokenizer", "bytes", "--steps", "12",
+ARGS = ["compare", "--optimizers", "adamw,spectra-adamw", "--preset", "nano", "--tokenizer", "bytes", "--steps", "12",
         "--batch-size", "2", "--seq-len", "16", "--eval-every", "5", "--eval-tokens", "64", "--diag-every", "5",
         "--ckpt-every", "5", "--quiet", "--threads", "1"]
 SAME = ("optimizer", "seed", "lr", "val_loss", "val_ppl", "max_weight_sn", "max_update_sn", "agg_linf", "diverged")

@@ -16,10 +16,10 @@ from spectrakit.cli import main
 from spectrakit.experiments import runfolders
 from spectrakit.train.diagnostics import batched_spectral_norms, svdvals_or_nan
 
-# (diagnostics at the first and the last step only: these tests check folders, not the spectral norms)
-TINY = ["--optimizers", "adamw", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2", "--seq-len", "16",
-        "--eval-every", "2", "--eval-tokens", "64", "--diag-every", "4", "--ckpt-every", "2", "--quiet",
-        "--threads", "1"]
+# (the nano model, diagnostics at the first and the last step only: these tests check folders, not training)
+TINY = ["--optimizers", "adamw", "--preset", "nano", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2",
+        "--seq-len", "16", "--eval-every", "2", "--eval-tokens", "64", "--diag-every", "4", "--ckpt-every", "2",
+        "--quiet", "--threads", "1"]
 
 
 @pytest.fixture(autouse=True)

@@ -16,9 +16,9 @@ import pytest
 from spectrakit.data.tokens import prepare
 
 TIMEOUT = "4"
-TINY = ["compare", "--optimizers", "adamw", "--tokenizer", "bytes", "--steps", "400", "--batch-size", "2",
-        "--seq-len", "16", "--eval-every", "200", "--eval-tokens", "64", "--diag-every", "100", "--quiet",
-        "--threads", "1", "--device", "cpu", "--dist-timeout", TIMEOUT]
+TINY = ["compare", "--optimizers", "adamw", "--preset", "nano", "--tokenizer", "bytes", "--steps", "400",
+        "--batch-size", "2", "--seq-len", "16", "--eval-every", "200", "--eval-tokens", "64", "--diag-every", "100",
+        "--quiet", "--threads", "1", "--device", "cpu", "--dist-timeout", TIMEOUT]
 
 
 @pytest.mark.distributed

@@ -15,6 +15,7 @@ from spectrakit.experiments import sweep as sw
 
 TINY = dict(
     setting="cpu",
+    preset="nano",
     tokenizer="bytes",
     steps=4,
     batch_size=2,
@@ -117,9 +118,9 @@ def test_lr_multiples_of_each_optimizers_default():
 def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch, capsys, quick_plots):
     out = str(tmp_path / "sw")
     argv = ["sweep", "--optimizers", "adamw,spectra-adamw", "--lrs", "1e-3,1e-2", "--seeds", "0",
-            "--setting", "cpu", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2", "--seq-len", "16",
-            "--warmup", "1", "--eval-every", "2", "--eval-tokens", "64", "--diag-every", "2", "--quiet",
-            "--out", out]
+            "--setting", "cpu", "--preset", "nano", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2",
+            "--seq-len", "16", "--warmup", "1", "--eval-every", "2", "--eval-tokens", "64", "--diag-every", "2",
+            "--quiet", "--out", out]
     assert cli.main(argv) == 0
     data = json.load(open(os.path.join(out, "sweep.json")))
     assert len(data["rows"]) == 4 and len(data["ran"]) == 4 and data["skipped"] == []
