@@ -338,14 +338,15 @@ def _with_overheads(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def compare(*, on_row=None, **options) -> list[dict]:
+def compare(*, on_row=None, on_splits=None, **options) -> list[dict]:
     """Run the comparison; keyword options are the fields of :class:`CompareOptions`.
 
     With ``out`` set, every run writes checkpoints (``ckpt_every`` steps, default about 10% of the run) and,
     when it finishes, its row to ``<out>/<optimizer>-s<seed>/result.json``; with ``resume=True`` finished
     runs are read back instead of trained again and unfinished ones continue from their newest usable
     checkpoint (bit-identical to an uninterrupted run on CPU). ``on_row(rows)`` is called on the main rank
-    after each run with the rows so far.
+    after each run with the rows so far; ``on_splits(splits)`` once before the runs, with the tokenised
+    corpus (:class:`~spectrakit.data.tokens.TokenSplits`).
 
     Returns one row per (optimizer, seed) with ``val_loss``, ``val_ppl``, ``step_ms``, ``overhead_%`` (step
     time over the base optimizer of the same seed when both ran, else ``None``, shown as ``-``),
@@ -368,11 +369,14 @@ def compare(*, on_row=None, **options) -> list[dict]:
     info = setup(cfg["device"])
     if opts.out and info.is_main:
         runfolders.start(opts.out, "compare", run_options(opts, cfg), resume=opts.resume)
-    if info.is_main:  # tokenise once; the other ranks then read the cache
-        prepare(opts.corpus, cfg["tokenizer"], verbose=opts.progress)
+    # tokenise once on the main rank; the other ranks then read the cache
+    splits = prepare(opts.corpus, cfg["tokenizer"], verbose=opts.progress) if info.is_main else None
     barrier(info)
-    splits = prepare(opts.corpus, cfg["tokenizer"])
+    if splits is None:
+        splits = prepare(opts.corpus, cfg["tokenizer"])
     _check_resources(opts, cfg, splits, info)
+    if on_splits is not None and info.is_main:
+        on_splits(splits)
     rows = []
     for seed in opts.seeds:
         for name in opts.optimizers:
@@ -719,12 +723,12 @@ def _run(args: argparse.Namespace) -> int:
     command = ("spectrakit " + shlex.join(sys.argv[1:])) if sys.argv[1:2] == ["compare"] else ""
     state: dict = {}
 
+    def entropy(splits) -> None:
+        state["h1"] = unigram_entropy(splits.val, splits.meta["vocab_size"])
+
     def write(rows: list[dict], final: bool = False) -> list[str]:
         """results.json / results.md / plots of the runs finished so far (after each run)."""
-        if "h1" not in state:
-            splits = prepare(args.corpus, cfg["tokenizer"])
-            state["h1"] = unigram_entropy(splits.val, splits.meta["vocab_size"])
-        h1 = state["h1"]
+        h1 = state["h1"]  # (compare() passes the corpus to entropy() before the first run)
         title = f"{cfg['preset']} on {args.corpus} ({cfg['tokenizer']})"
         # the figures show only these fields: the last run's figures are not drawn again at the end
         drawn = repr([(r["optimizer"], r.get("c"), r["seed"], r["lr"], r["_curve"], r["_evals"], r["_norms"])
@@ -759,7 +763,7 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         with interrupt.graceful():
-            rows = compare(on_row=write, **opts)
+            rows = compare(on_row=write, on_splits=entropy, **opts)
     except RuntimeError as e:
         stalled_rank_exit(e, args.dist_timeout)
         raise

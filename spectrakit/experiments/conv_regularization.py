@@ -66,7 +66,7 @@ def run(regularizers=REGULARIZERS, epochs: int = 2, train_size: int = 4000, test
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, weight_decay=weight_decay)
         reg = None if reg_name == "none" else ConvRegularizer(model, beta, kind=reg_name)
         gen = torch.Generator(device="cpu").manual_seed(seed)
-        epoch_bounds, times = [], []
+        epoch_bounds, times, bounds = [], [], None
         for _ in range(epochs):
             t0 = time.perf_counter()
             perm = torch.randperm(len(xtr), generator=gen).to(device)
@@ -81,8 +81,9 @@ def run(regularizers=REGULARIZERS, epochs: int = 2, train_size: int = 4000, test
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
-            epoch_bounds.append(conv_tn_bounds(model)[track_layer])
-        final = conv_tn_bounds(model)
+            bounds = conv_tn_bounds(model)  # every layer's: after the last epoch they are the final ones
+            epoch_bounds.append(bounds[track_layer])
+        final = bounds if bounds is not None else conv_tn_bounds(model)
         acc = _evaluate(model, xte, yte, 512)
         rows.append({"regularizer": reg_name, "beta": 0.0 if reg is None else beta, "test_acc": acc,
                      "time_per_epoch_s": sum(times) / len(times), f"TN[{track_layer}]": final[track_layer],

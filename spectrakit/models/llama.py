@@ -70,6 +70,7 @@ class LlamaConfig:
 # 2026
 # (124M: tied embeddings, 160M: untied; exact counts depend on the vocabulary of the tokenizer).
 PRESETS: dict[str, dict] = {
+    "nano": dict(dim=32, n_layers=1, n_heads=2, max_seq_len=128),  # smoke tests: a command in a fraction of a second
     "tiny": dict(dim=128, n_layers=4, n_heads=4, max_seq_len=128),
     "mini": dict(dim=256, n_layers=6, n_heads=8, max_seq_len=256),
     "small": dict(dim=512, n_layers=8, n_heads=8, max_seq_len=512),

@@ -1,30 +1,125 @@
-"""Fixtures of the experiment tests."""
+"""Fixtures of the experiment tests: ``quick_plots`` (figures not rendered), ``cli_process`` (the command line in
+a process forked from one that has imported torch)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import runpy
 
 import pytest
-
-from spectrakit.experiments import compare
 
 
 @pytest.fixture
 def quick_plots(monkeypatch):
-    """``compare``'s loss-curve and weight-norm plots (``spectrakit.experiments.compare.plot``, also the ``best/``
-    plots of a sweep) written as empty files of the same names, for the tests of run folders and resumption:
-    they check which files a command writes and what its results are, not the figures, and matplotlib's
-    layout and PNG encoding are about two thirds of a tiny comparison's time (drawn after every run and at
-    the end). ``test_compare.py`` and ``test_plots_readable.py`` check the real figures. Returns the real
-    ``plot``, for a test that puts it back for one command."""
-    real = compare.plot
+    """Every figure of the test laid out and written as an empty file of its name: the plotting code runs (the
+    figures, axes, curves and legends are built from the results), but ``Figure.tight_layout`` does nothing
+    and ``Figure.savefig`` renders nothing, which are nearly all of a figure's time (about 2 s of CPU for
+    ``compare``'s two figures). For the tests of run folders, resumption and sweeps: they check which files
+    a command writes and what its results are; ``test_compare.py`` and ``test_plots_readable.py`` check the
+    rendered figures. Returns ``real_figures()``, a context manager inside which figures are rendered again."""
+    from matplotlib.figure import Figure
 
-    def plot(rows, out_dir, title=""):
-        os.makedirs(out_dir, exist_ok=True)
-        paths = [os.path.join(out_dir, name) for name in ("loss_curves.png", "weight_norms.png")]
-        for path in paths:
-            open(path, "wb").close()
-        return paths
+    real = {name: getattr(Figure, name) for name in ("tight_layout", "savefig")}
 
-    monkeypatch.setattr(compare, "plot", plot)
-    return real
+    def savefig(self, fname, *args, **kwargs):
+        open(fname, "wb").close()
+
+    monkeypatch.setattr(Figure, "tight_layout", lambda self, *args, **kwargs: None)
+    monkeypatch.setattr(Figure, "savefig", savefig)
+
+    @contextlib.contextmanager
+    def real_figures():
+        with monkeypatch.context() as m:
+            for name, fn in real.items():
+                m.setattr(Figure, name, fn)
+            yield
+
+    return real_figures
+
+
+class CliProcess:
+    """One ``spectrakit ARGV...`` command in its own process, forked from a fork server that has imported torch
+    and the experiment modules once (``cli_process.py`` sets the environment, arguments and output files, then
+    runs the console script's entry point): a fresh interpreter would import torch again, about 4 s of CPU
+    per process on this 2-core machine. A real process all the same: it takes signals, and its exit status
+    is the command's."""
+
+    def __init__(self, ctx, argv: list[str], env: dict[str, str], folder: str, name: str) -> None:
+        self.stdout, self.stderr = os.path.join(folder, f"{name}.out"), os.path.join(folder, f"{name}.err")
+        for path in (self.stdout, self.stderr):
+            open(path, "w").close()  # there to read even if the process dies before writing
+        init = dict(ENV=dict(env), ARGV=list(argv), STDOUT=self.stdout, STDERR=self.stderr)
+        self.process = ctx.Process(target=runpy.run_path, args=(CLI_SCRIPT,),
+                                   kwargs=dict(init_globals=init, run_name="_spectrakit_cli"))
+        self.process.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll(self) -> int | None:
+        """The exit status (``-N`` after signal N), ``None`` while running."""
+        return self.process.exitcode
+
+    def communicate(self, timeout: float) -> tuple[str, str]:
+        """``(stdout, stderr)`` once the process has ended; the test fails if it runs past ``timeout`` s."""
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            self.kill()
+            pytest.fail(f"spectrakit did not end within {timeout} s:\n{self.output()[1][-3000:]}")
+        return self.output()
+
+    def output(self) -> tuple[str, str]:
+        with open(self.stdout) as out, open(self.stderr) as err:
+            return out.read(), err.read()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        if self.process.exitcode is None:
+            self.process.kill()  # SIGKILL also ends a stopped (SIGSTOP) process
+            self.process.join(30)
+
+
+# imported once by the fork server: torch (with spectrakit.distributed.launch, as its workers do), the comparison
+# and torch._dynamo, which torch.optim imports when the first optimizer is built (about 2 s of CPU)
+PRELOAD = ["spectrakit.distributed.launch", "spectrakit.experiments.compare", "torch._dynamo"]
+CLI_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_process.py")
+
+
+@pytest.fixture
+def cli_process(tmp_path_factory):
+    """``start(argv, env)``: a :class:`CliProcess` running ``spectrakit argv...`` with environment ``env``;
+    every process still running at the end of the test is killed."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    import spectrakit
+
+    # the fork server is a fresh interpreter that imports before taking this process's sys.path: the copy of
+    # spectrakit under test goes first on its PYTHONPATH (as spectrakit.distributed.launch does for its workers)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(spectrakit.__file__)))
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
+    try:
+        multiprocessing.set_forkserver_preload(PRELOAD)
+        forkserver.ensure_running()
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+    ctx = multiprocessing.get_context("forkserver")
+    folder = str(tmp_path_factory.mktemp("cli"))
+    started: list[CliProcess] = []
+
+    def start(argv: list[str], env: dict[str, str]) -> CliProcess:
+        started.append(CliProcess(ctx, argv, env, folder, str(len(started))))
+        return started[-1]
+
+    yield start
+    for proc in started:
+        proc.kill()

@@ -4,6 +4,7 @@ results and plots, `spectrakit plot` on its run folders, option errors."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -38,7 +39,7 @@ def _one_thread(one_thread):
 
 
 def test_same_seed_same_data_gives_identical_runs_for_equivalent_optimizers(tmp_path):
-    rows = cmp.compare(optimizers=("adamw", "torch-adamw"), out=str(tmp_path), **SMALL)
+    rows = cmp.compare(optimizers=("adamw", "torch-adamw"), out=str(tmp_path), **(SMALL | dict(preset="nano")))
     a, b = rows
     assert [s for s, _ in a["_curve"]] == [s for s, _ in b["_curve"]] == [6]
     assert a["_curve"][0][1] == pytest.approx(b["_curve"][0][1], rel=1e-5)
@@ -46,10 +47,16 @@ def test_same_seed_same_data_gives_identical_runs_for_equivalent_optimizers(tmp_
     assert a["overhead_%"] is None  # no base optimizer in this pair
 
 
-def test_cli_writes_table_json_and_plots(tmp_path, capsys, monkeypatch):
+def test_cli_writes_table_json_and_plots(tmp_path, capsys, monkeypatch, quick_plots):
     drawn = []  # the figures after each run; the final report reuses the last run's (same rows)
     real_plot = cmp.plot
-    monkeypatch.setattr(cmp, "plot", lambda rows, *a, **k: drawn.append(len(rows)) or real_plot(rows, *a, **k))
+
+    def plot(rows, *args, **kwargs):  # rendered with both runs; after the first run alone only built
+        drawn.append(len(rows))
+        with quick_plots() if len(rows) == 2 else contextlib.nullcontext():
+            return real_plot(rows, *args, **kwargs)
+
+    monkeypatch.setattr(cmp, "plot", plot)
     parser = argparse.ArgumentParser()
     cmp.add_arguments(parser)
     out = str(tmp_path / "run")
@@ -117,11 +124,13 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys, monkeypatch):
         "adamw-s1/noise.jsonl",
     ):
         assert os.path.exists(os.path.join(out, f)), f
-    written = plots.plot_runs(
-        [os.path.join(out, "adamw-s1"), os.path.join(out, "spectra-adamw-s1")], str(tmp_path / "plots")
-    )
+    with quick_plots():
+        written = plots.plot_runs(
+            [os.path.join(out, "adamw-s1"), os.path.join(out, "spectra-adamw-s1")], str(tmp_path / "plots")
+        )
     assert [os.path.basename(p) for p in written] == ["loss.png", "norms.png", "spectra.png", "noise.png"]
     assert all(os.path.getsize(p) > 1000 for p in written)
+    assert all(os.path.getsize(os.path.join(out, f)) > 1000 for f in ("loss_curves.png", "weight_norms.png"))
 
 
 @pytest.mark.parametrize(

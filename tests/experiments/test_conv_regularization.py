@@ -13,7 +13,7 @@ def test_smoke_run_writes_table_and_plot(tmp_path):
     p = argparse.ArgumentParser()
     p.add_argument("--out")
     exp.add_arguments(p)
-    args = p.parse_args(["--out", str(tmp_path), "--epochs", "1", "--train-size", "256", "--test-size", "256",
+    args = p.parse_args(["--out", str(tmp_path), "--epochs", "1", "--train-size", "128", "--test-size", "128",
                          "--widths", "4,8", "--regularizers", "none,tn,2norm"])
     assert exp.main(args) == 0
     res = json.load(open(os.path.join(tmp_path, "results.json")))

@@ -16,7 +16,7 @@ from spectrakit.models.llama import Llama, preset_config
 from spectrakit.train.distributed import DistInfo
 
 
-@pytest.mark.parametrize("preset", ["tiny", "mini", "small", "124m"])
+@pytest.mark.parametrize("preset", ["nano", "tiny", "mini", "small", "124m"])
 def test_parameter_count_equals_the_model(preset):
     cfg = preset_config(preset, 300, max_seq_len=32)
     with torch.device("meta"):  # no memory: only the shapes count

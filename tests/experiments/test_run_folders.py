@@ -16,9 +16,10 @@ from spectrakit.cli import main
 from spectrakit.experiments import runfolders
 from spectrakit.train.diagnostics import batched_spectral_norms, svdvals_or_nan
 
-TINY = ["--optimizers", "adamw", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2", "--seq-len", "16",
-        "--eval-every", "2", "--eval-tokens", "64", "--diag-every", "2", "--ckpt-every", "2", "--quiet",
-        "--threads", "1"]
+# (the nano model, diagnostics at the first and the last step only: these tests check folders, not training)
+TINY = ["--optimizers", "adamw", "--preset", "nano", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2",
+        "--seq-len", "16", "--eval-every", "2", "--eval-tokens", "64", "--diag-every", "4", "--ckpt-every", "2",
+        "--quiet", "--threads", "1"]
 
 
 @pytest.fixture(autouse=True)
@@ -135,7 +136,7 @@ def test_sweep_with_other_options_is_refused(tmp_path, capsys, quick_plots):
         ["adamw-lr0.001-s0", "best", "lr_sensitivity.png", "photos-s2023", "sweep.json", "sweep.md"]
 
 
-def test_diverging_run_is_a_result_and_the_sweep_goes_on(tmp_path, capsys):
+def test_diverging_run_is_a_result_and_the_sweep_goes_on(tmp_path, capsys, quick_plots):
     out = str(tmp_path / "sweep")
     args = [a if a != "4" else "20" for a in TINY]
     assert main(["sweep", *args, "--eval-every", "10", "--lrs", "3e-3,30", "--out", out]) == 0

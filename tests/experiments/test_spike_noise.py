@@ -33,12 +33,14 @@ def test_stiefel_and_gradient_bound():
 
 @pytest.mark.parametrize("rank", [1, 2])
 def test_spectral_clipping_beats_sgd_and_global_clipping(rank):
+    """50 steps: spectral clipping ends 100-200x below both others at l = 100 and 1000, and within 1.4x of
+    its l = 10 loss at l = 1000."""
     rows = sn.run(
         d=20,
         n=40,
         noises=(10.0, 100.0, 1000.0),
         rank=rank,
-        steps=100,
+        steps=50,
         lrs=(0.1, 0.3, 1.0),
         methods=("sgd", "sgd+global_clip", "sgd+spectral_clip"),
     )

@@ -15,6 +15,7 @@ from spectrakit.experiments import sweep as sw
 
 TINY = dict(
     setting="cpu",
+    preset="nano",
     tokenizer="bytes",
     steps=4,
     batch_size=2,
@@ -114,12 +115,12 @@ def test_lr_multiples_of_each_optimizers_default():
             sw.grid(("adamw",), sw.parse_lrs(bad), (0,))
 
 
-def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch, capsys):
+def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch, capsys, quick_plots):
     out = str(tmp_path / "sw")
     argv = ["sweep", "--optimizers", "adamw,spectra-adamw", "--lrs", "1e-3,1e-2", "--seeds", "0",
-            "--setting", "cpu", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2", "--seq-len", "16",
-            "--warmup", "1", "--eval-every", "2", "--eval-tokens", "64", "--diag-every", "2", "--quiet",
-            "--out", out]
+            "--setting", "cpu", "--preset", "nano", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2",
+            "--seq-len", "16", "--warmup", "1", "--eval-every", "2", "--eval-tokens", "64", "--diag-every", "2",
+            "--quiet", "--out", out]
     assert cli.main(argv) == 0
     data = json.load(open(os.path.join(out, "sweep.json")))
     assert len(data["rows"]) == 4 and len(data["ran"]) == 4 and data["skipped"] == []
@@ -164,18 +165,29 @@ def test_cli_rejects_lr_without_training(tmp_path, capsys):
     assert "--lrs" in capsys.readouterr().err and not os.listdir(tmp_path)
 
 
+def _fake_training(monkeypatch, loss):
+    """``sw._run_or_resume`` replaced by a run that writes a finished run's file with the validation loss
+    ``loss(point)`` (the real one trains a model: tested above); returns the names of the points "trained"."""
+    trained = []
+
+    def fake(run_dir, point, options):
+        trained.append(sw.run_name(point))
+        row = {"optimizer": point["optimizer"], "lr": point["lr"], "seed": point["seed"], "c": point["c"],
+               "val_loss": loss(point), "diverged": False, "max_weight_sn": 1.0, "max_update_sn": 1.0,
+               "agg_linf": 1.0}
+        with open(os.path.join(run_dir, sw.RUN_FILE), "w") as f:
+            json.dump({"complete": True, "point": point, "row": row}, f)
+        return row
+
+    monkeypatch.setattr(sw, "_run_or_resume", fake)
+    return trained
+
+
 def test_shards_split_the_grid_and_a_last_run_reports_all(tmp_path, monkeypatch):
     """Two shards train disjoint halves of the grid in one folder; the unsharded run trains nothing and
     reports the four points."""
     out = str(tmp_path / "sw")
-    trained = []
-    real = sw._run_or_resume
-
-    def spy(run_dir, point, options):
-        trained.append(sw.run_name(point))
-        return real(run_dir, point, options)
-
-    monkeypatch.setattr(sw, "_run_or_resume", spy)
+    trained = _fake_training(monkeypatch, lambda point: 3.0 + point["lr"])
     opts = dict(TINY, optimizers=("adamw", "signum"), seeds=(0,))
     first = sw.sweep(lrs=(1e-3, 1e-2), out=out, shard=(0, 2), **dict(opts))
     assert len(first["ran"]) == 2 and len(first["pending"]) == 2 and len(first["rows"]) == 2
@@ -215,18 +227,8 @@ def test_edge_points_step_beyond_edges_within_tolerance():
 def test_extend_adds_points_until_the_best_lr_is_inside_the_grid(tmp_path, monkeypatch):
     """Losses are a parabola in log LR with its minimum at 1e-4, below a grid 1e-3..1e-2: each round adds one
     LR a grid step lower until the best lies inside; a rerun trains nothing; shards split the new points."""
-    trained = []
-
-    def fake(run_dir, point, options):
-        trained.append(sw.run_name(point))
-        loss = 3.0 + 0.1 * (math.log10(point["lr"]) + 4) ** 2 + 0.001 * point["seed"]
-        row = {"optimizer": point["optimizer"], "lr": point["lr"], "seed": point["seed"], "c": point["c"],
-               "val_loss": loss, "diverged": False, "max_weight_sn": 1.0, "max_update_sn": 1.0, "agg_linf": 1.0}
-        with open(os.path.join(run_dir, sw.RUN_FILE), "w") as f:
-            json.dump({"complete": True, "point": point, "row": row}, f)
-        return row
-
-    monkeypatch.setattr(sw, "_run_or_resume", fake)
+    trained = _fake_training(
+        monkeypatch, lambda point: 3.0 + 0.1 * (math.log10(point["lr"]) + 4) ** 2 + 0.001 * point["seed"])
     opts = dict(TINY, optimizers=("adamw",), seeds=(0, 1))
     res = sw.sweep(lrs=(1e-3, 3.16228e-3, 1e-2), out=str(tmp_path / "a"), extend=3, **dict(opts))
     lrs = sorted({p["lr"] for p in res["points"]})
