@@ -427,6 +427,10 @@ def test_operator_kernel_is_the_eager_transform(name, kw):
     with FakeTensorMode() as mode:
         fake = _OP([mode.from_tensor(V)], name, 2.0, 3, torch.bfloat16, "frobenius", 1.0, None)
     assert len(fake) == 1 and fake[0].shape == (3, 5, 9) and fake[0].dtype == torch.float64
+    # the real kernel's strides are the fake kernel's (contiguous), also for wide and transposed batches, whose
+    # Newton-Schulz result is a transposed view (inductor asserts the strides on CUDA)
+    real = _OP([V, U2, U2.mT], name, 2.0, 3, None, kw.get("regularizer", "frobenius"), kw.get("b", 1.0), kw.get("p"))
+    assert all(r.is_contiguous() for r in real) and real[0].stride() == fake[0].stride()
 
 
 @pytest.mark.soak
