@@ -29,34 +29,40 @@ def pytest_configure(config):
     apply_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else None)
 
 
-# The costliest test files, costliest first (single-process --durations, 2026-11-26). pytest-xdist hands whole
-# files to its test processes in collection order (--dist loadfile --no-loadscope-reorder in pyproject.toml; its
-# default order, most tests first, put these few-test files last, where one process ran them alone while the
-# other idled): starting the long ones first keeps the processes busy to the end (longest-first scheduling).
-# The order changes nothing else: each file's tests keep their order, and files not named here follow in
-# collection order.
+# The costliest test files (>= 5 s), costliest first (per-file sums of a 2-process run, 2026-11-26 07:01 UTC).
+# pytest-xdist hands whole files to its test processes in collection order (--dist loadfile
+# --no-loadscope-reorder in pyproject.toml; its default order, most tests first, put these few-test files last,
+# where one process ran them alone while the other idled): starting the long ones first keeps the processes
+# busy to the end (longest-first scheduling). The order changes nothing else: each file's tests keep their
+# order, and files not named here follow in collection order.
 LONGEST_FIRST = (
     "examples/test_examples.py",
-    "linalg/test_lmo.py",
-    "manifold/test_dualizers.py",
-    "experiments/test_compare.py",
-    "experiments/test_run_folders.py",
-    "experiments/test_fw_family.py",
-    "experiments/test_compare_resume.py",
-    "experiments/test_spike_noise.py",
-    "experiments/test_xor_transfer.py",
-    "experiments/test_fw_logistic.py",
-    "experiments/test_sweep.py",
-    "experiments/test_stalled_rank.py",
-    "experiments/test_grokking.py",
-    "linalg/test_robustness.py",
-    "distributed/test_optimizer.py",
     "optim/test_compile.py",
-    "train/test_parallel.py",
-    "experiments/test_conv_regularization.py",
+    "experiments/test_compare.py",
+    "distributed/test_optimizer.py",
+    "experiments/test_compare_resume.py",
     "distributed/test_plain_presets.py",
-    "train/test_distributed.py",
-    "experiments/test_plots_readable.py",
+    "test_packaging.py",
+    "conv/test_table2.py",
+    "test_no_host_sync.py",
+    "train/test_parallel.py",
+    "test_gpu_suite.py",
+    "optim/test_spectra.py",
+    "linalg/test_robustness.py",
+    "test_cli_signals.py",
+    "experiments/test_fw_family.py",
+    "manifold/test_dualizers.py",
+    "test_cli_errors.py",
+    "integrations/test_torchtitan_fsdp.py",
+    "experiments/test_stalled_rank.py",
+    "linalg/test_extremes.py",
+    "test_threads.py",
+    "distributed/test_launch.py",
+    "experiments/test_run_folders.py",
+    "conv/test_lipbound.py",
+    "test_cli_paths.py",
+    "experiments/test_xor_transfer.py",
+    "linalg/test_hard_clip.py",
 )
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 

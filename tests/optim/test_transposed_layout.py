@@ -13,8 +13,18 @@ from torch import nn
 from spectrakit.optim import Muon, SpectraAdamW, param_groups
 from spectrakit.optim.groups import transposed_weights
 
-transformers = pytest.importorskip("transformers")
-from transformers.pytorch_utils import Conv1D  # noqa: E402
+
+def _transformers():
+    """Hugging Face transformers, imported by the tests that use it (about 2.5 s: not at collection, in every
+    test process)."""
+    return pytest.importorskip("transformers")
+
+
+def _conv1d():
+    _transformers()
+    from transformers.pytorch_utils import Conv1D
+
+    return Conv1D
 
 
 class DeclaredTransposed(nn.Module):
@@ -32,7 +42,7 @@ class DeclaredTransposed(nn.Module):
 
 def _twins(kind):
     torch.manual_seed(0)
-    layer = Conv1D if kind == "conv1d" else (lambda nf, nx: DeclaredTransposed(nx, nf))
+    layer = _conv1d() if kind == "conv1d" else (lambda nf, nx: DeclaredTransposed(nx, nf))
     a = nn.Sequential(layer(48, 12), nn.GELU(), layer(12, 48))  # (in, out): (12, 48) then (48, 12)
     b = nn.Sequential(nn.Linear(12, 48), nn.GELU(), nn.Linear(48, 12))
     with torch.no_grad():
@@ -81,6 +91,7 @@ def test_stored_shape_alpha_would_differ():
 
 
 def _gpt2():
+    transformers = _transformers()
     cfg = transformers.GPT2Config(vocab_size=100, n_positions=16, n_embd=32, n_layer=2, n_head=2)
     torch.manual_seed(0)
     return transformers.GPT2LMHeadModel(cfg)
