@@ -1,0 +1,137 @@
+"""First ``torch.compile`` (inductor) of ``opt.step``: compile time, recompiles, compiled and eager step.
+
+Usage: ``python benchmarks/bench_compile.py [--device cuda] [--width 256] [--budget 300]``
+
+Each optimizer (torch AdamW foreach, SpectraAdamW, SpectraSignum, Muon, torch.optim.Muon) runs in a fresh
+process with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder), on the 2-layer LLaMA
+parameter set of ``bench_optim.width_shapes(width)`` (the Muons on its matrices: ``torch.optim.Muon`` takes
+matrices only); one line each: the first call's time (the compile), the second call's, ``unique_graphs`` after
+the first call and after calls 2-4 (a recompile if it grew), and the median of 20 compiled and 20 eager steps
+(CUDA-synchronised on a GPU). Optimizers not started within ``--budget`` seconds are skipped. Results:
+docs/BENCHMARKS.md ("Compile-first", "H100 results").
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMES = ["torch AdamW", "SpectraAdamW", "SpectraSignum", "Muon", "torch Muon"]
+
+
+def make(name, ps):
+    import torch
+
+    import spectrakit.optim as O
+
+    if name == "torch AdamW":
+        return torch.optim.AdamW(ps, lr=1e-3, foreach=True)
+    if name == "torch Muon":
+        return torch.optim.Muon(ps, lr=0.02)
+    if name == "Muon":
+        return O.Muon(ps, lr=0.02)
+    return getattr(O, name)(ps, lr=1e-3)
+
+
+def one(name, device, width):
+    import torch
+    from torch._dynamo.utils import counters
+
+    sys.path.insert(0, ROOT)
+    from benchmarks.bench_optim import width_shapes
+
+    cuda = device.startswith("cuda")
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    shapes = width_shapes(width)
+    if "Muon" in name:
+        shapes = [s for s in shapes if len(s) == 2]
+    gen = torch.Generator(device=device).manual_seed(0)
+    init = [torch.randn(s, device=device, generator=gen) * 0.02 for s in shapes]
+    grads = [torch.randn(s, device=device, generator=gen) * 1e-2 for s in shapes]
+
+    def params():
+        ps = [torch.nn.Parameter(t.clone()) for t in init]
+        for p, g in zip(ps, grads):
+            p.grad = g.clone()
+        return ps
+
+    opt, ref = make(name, params()), make(name, params())
+    step = torch.compile(opt.step)
+    sync()
+    t = time.perf_counter()
+    step()
+    sync()
+    first = time.perf_counter() - t
+    g1 = counters["stats"]["unique_graphs"]
+    t = time.perf_counter()
+    step()
+    sync()
+    second = time.perf_counter() - t
+    step()
+    step()
+    sync()
+    g4 = counters["stats"]["unique_graphs"]
+
+    def med(fn):
+        fn()
+        sync()
+        xs = []
+        for _ in range(20):
+            t = time.perf_counter()
+            fn()
+            sync()
+            xs.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(xs)
+
+    ce, ee = med(step), med(ref.step)
+    print(f"{name:14s} device {device} d={width}: first compile {first:.1f} s, 2nd call {second:.3f} s, "
+          f"unique_graphs {g1} after call 1, {g4} after calls 2-4 ({'recompiled' if g4 > g1 else 'no recompile'}), "
+          f"compiled {ce:.3f} ms, eager {ee:.3f} ms, compiled/eager {ce / ee:.2f}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--budget", type=float, default=300.0)
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        one(a.one, a.device, a.width)
+        return
+    import torch
+
+    where = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"
+    print(f"torch {torch.__version__}, {where}, threads {torch.get_num_threads()}", flush=True)
+    start = time.time()
+    for name in NAMES:
+        if time.time() - start > a.budget:
+            print(f"{name}: skipped (over {a.budget:.0f} s)", flush=True)
+            continue
+        cache = tempfile.mkdtemp(prefix="inductor_cold_")
+        path = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONPATH=path)
+        try:
+            left = max(10.0, a.budget + 50 - (time.time() - start))
+            r = subprocess.run([sys.executable, __file__, "--one", name, "--device", a.device, "--width", str(a.width)],
+                               env=env, capture_output=True, text=True, timeout=left)
+            lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+            print(lines[-1] if r.returncode == 0 and lines else f"{name}: failed rc={r.returncode}: {r.stderr[-600:]}",
+                  flush=True)
+        except subprocess.TimeoutExpired:
+            print(f"{name}: timed out", flush=True)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    print(f"total {time.time() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
