@@ -65,18 +65,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked_child)
 
 
-def _ensure_fork_server() -> None:
-    """Start Python's fork server (once per process) with torch and this module imported. The server is a
-    fresh interpreter that does not take the caller's ``sys.path`` before importing (Python 3.11), so the
-    folder holding this copy of spectrakit goes first on its ``PYTHONPATH``: the workers then run this very
-    module, not another installed copy."""
+def _ensure_fork_server(extra_preload: tuple[str, ...] = ()) -> None:
+    """Start Python's fork server (once per process) with torch, this module and ``extra_preload`` imported
+    (whichever call starts it sets what it preloads). The server is a fresh interpreter that does not take the
+    caller's ``sys.path`` before importing (Python 3.11), so the folder holding this copy of spectrakit goes
+    first on its ``PYTHONPATH``: the workers then run this very module, not another installed copy."""
     from multiprocessing import forkserver
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
     try:
-        mp.set_forkserver_preload([__name__])
+        mp.set_forkserver_preload([__name__, *extra_preload])
         forkserver.ensure_running()
     finally:
         if old is None:

@@ -84,9 +84,9 @@ class CliProcess:
             self.process.join(30)
 
 
-# imported once by the fork server: torch (with spectrakit.distributed.launch, as its workers do), the comparison
-# and torch._dynamo, which torch.optim imports when the first optimizer is built (about 2 s of CPU)
-PRELOAD = ["spectrakit.distributed.launch", "spectrakit.experiments.compare", "torch._dynamo"]
+# imported once by the fork server besides torch and spectrakit.distributed.launch: the comparison and
+# torch._dynamo, which torch.optim imports when the first optimizer is built (about 2 s of CPU)
+PRELOAD = ("spectrakit.experiments.compare", "torch._dynamo")
 CLI_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_process.py")
 
 
@@ -95,23 +95,12 @@ def cli_process(tmp_path_factory):
     """``start(argv, env)``: a :class:`CliProcess` running ``spectrakit argv...`` with environment ``env``;
     every process still running at the end of the test is killed."""
     import multiprocessing
-    from multiprocessing import forkserver
 
-    import spectrakit
+    from spectrakit.distributed.launch import _ensure_fork_server
 
-    # the fork server is a fresh interpreter that imports before taking this process's sys.path: the copy of
-    # spectrakit under test goes first on its PYTHONPATH (as spectrakit.distributed.launch does for its workers)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(spectrakit.__file__)))
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
-    try:
-        multiprocessing.set_forkserver_preload(PRELOAD)
-        forkserver.ensure_running()
-    finally:
-        if old is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = old
+    # the fork server of the distributed launcher (one per process; the copy of spectrakit under test first on
+    # its PYTHONPATH), with the comparison preloaded when this fixture starts it
+    _ensure_fork_server(PRELOAD)
     ctx = multiprocessing.get_context("forkserver")
     folder = str(tmp_path_factory.mktemp("cli"))
     started: list[CliProcess] = []
