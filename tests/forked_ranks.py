@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from spectrakit.distributed.launch import _ensure_fork_server
+
 RANK_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_main.py")
 
 
@@ -26,7 +28,7 @@ def fork_ranks(args, envs, cwd, timeout=300):
     ``len(envs)`` processes, process ``r`` with environment ``envs[r]``, each forked from the fork server.
     Returns process 0's completed process and every exit code; fails the test if they do not end within
     ``timeout`` seconds (the processes are then killed)."""
-    multiprocessing.set_forkserver_preload(["spectrakit.distributed.launch"])  # torch, as run_workers does
+    _ensure_fork_server()  # the distributed launcher's server (torch imported once), started if not yet
     ctx = multiprocessing.get_context("forkserver")
     with tempfile.TemporaryDirectory(prefix="spectrakit_ranks_") as tmp:
         procs, outs = [], []

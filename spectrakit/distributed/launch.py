@@ -5,12 +5,13 @@ this machine (rendezvous through a ``file://`` store in a private temporary dire
 be picked), with a wall-clock limit after which every worker is killed, and returns each rank's return value.
 
 Start method: ``"forkserver"`` by default where the platform has it (Linux, macOS). Python's fork server is one
-clean process, started on the first call, that imports torch and this module once; every later worker is a
-fork of it and starts in a fraction of a second, where ``"spawn"`` starts a fresh interpreter per rank that
-imports torch again (about 3 s of CPU per rank, 35-45 s per launch measured on a loaded 2-core machine, against
-0.3 s with the fork server). Unlike a plain ``fork`` of the caller, the server holds no threads or locks of the
-caller, so it is safe from threaded programs (pytest-xdist, data loaders). Each worker receives the caller's
-environment variables as they are at the call (the server's own were fixed when it started).
+clean process, started on the first call, that imports torch and this module once (and ``torch._dynamo``,
+which building an optimizer imports); every later worker is a fork of it and starts in a fraction of a second,
+where ``"spawn"`` starts a fresh interpreter per rank that imports torch again (about 3 s of CPU per rank,
+35-45 s per launch measured on a loaded 2-core machine, against 0.3 s with the fork server). Unlike a plain
+``fork`` of the caller, the server holds no threads or locks of the caller, so it is safe from threaded
+programs (pytest-xdist, data loaders). Each worker receives the caller's environment variables as they are at
+the call (the server's own were fixed when it started).
 In a process made by ``os.fork`` the default is ``"spawn"``: a fork server inherited from the parent belongs to
 the parent, and its workers would be neither this process's children nor in its process group (a ``killpg``
 of this process's group must reach them). ``"fork"`` (asked for explicitly) forks the workers from the caller
@@ -65,18 +66,24 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked_child)
 
 
+# imported by the fork server besides this module (and torch): ``torch._dynamo``, which ``torch.optim`` imports
+# when a process builds its first optimizer (1-2 s of CPU per worker otherwise, often more than its work)
+_PRELOAD = ("torch._dynamo",)
+
+
 def _ensure_fork_server(extra_preload: tuple[str, ...] = ()) -> None:
-    """Start Python's fork server (once per process) with torch, this module and ``extra_preload`` imported
-    (whichever call starts it sets what it preloads). The server is a fresh interpreter that does not take the
-    caller's ``sys.path`` before importing (Python 3.11), so the folder holding this copy of spectrakit goes
-    first on its ``PYTHONPATH``: the workers then run this very module, not another installed copy."""
+    """Start Python's fork server (once per process) with torch, this module, ``torch._dynamo`` and
+    ``extra_preload`` imported (whichever call starts it sets what it preloads). The server is a fresh
+    interpreter that does not take the caller's ``sys.path`` before importing (Python 3.11), so the folder
+    holding this copy of spectrakit goes first on its ``PYTHONPATH``: the workers then run this very module,
+    not another installed copy."""
     from multiprocessing import forkserver
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, old) if p)
     try:
-        mp.set_forkserver_preload([__name__, *extra_preload])
+        mp.set_forkserver_preload([__name__, *_PRELOAD, *extra_preload])
         forkserver.ensure_running()
     finally:
         if old is None:

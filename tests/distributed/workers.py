@@ -65,8 +65,10 @@ OPT_KW = {"AdamW": dict(lr=1e-2), "SpectraAdamW": dict(lr=1e-2, c=0.5),
 
 
 # steps of the equivalence runs (the optimizer states, momenta and moments, are in play from the second step
-# on; 6 steps: 3 before the checkpoint, 3 after it), and the step of the checkpoint in the resume runs
-STEPS = 6
+# on; 4 steps: 2 before the checkpoint, so that it holds states already updated twice, and 2 after it, the
+# second of which continues from states the resumed run has updated itself), and the step of the checkpoint in
+# the resume runs. A sharding or exchange error shows in the first step.
+STEPS = 4
 CKPT_STEP = STEPS // 2
 
 

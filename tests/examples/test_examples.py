@@ -131,6 +131,11 @@ def test_hf_trainer(data_env):
     assert "max ||U||_2" in out
 
 
+# the FSDP2 examples' batches in the tests: 2 sequences of 16 tokens per data-parallel rank (their defaults, 8 of
+# 64, only make each step slower: the sharding, the collectives and the checkpoints are the same)
+SMALL = ["--batch-size", "2", "--seq-len", "16"]
+
+
 def launch(args, env, nproc, timeout=300):
     """Start ``nproc`` ranks of an example script with the variables torchrun would set (rank, world size, a
     free local port), without torchrun's agent process (``fork_ranks``). Returns rank 0's completed process
@@ -162,7 +167,7 @@ def test_fsdp2_torchrun_resumes_exactly(data_env, tmp_path):
     start with torchrun's variables (``launch``); torchrun itself runs the script in
     ``test_fsdp2_example_under_torchrun`` (soak tier)."""
     env, data = data_env
-    script = [sys.executable, "examples/fsdp2_torchrun.py", "--steps", "5", *data]
+    script = [sys.executable, "examples/fsdp2_torchrun.py", "--steps", "5", *SMALL, *data]
     full = losses(ranks(script, env, 2))
     ckpt = str(tmp_path / "ckpt")
 
@@ -193,7 +198,7 @@ def test_fsdp2_example_under_torchrun(data_env):
     """torchrun (its agent process, rendezvous and environment) runs the FSDP2 example on 2 processes to the
     losses of the ranks started directly (``launch``), which the other FSDP2 tests use."""
     env, data = data_env
-    script = [sys.executable, "examples/fsdp2_torchrun.py", "--steps", "3", *data]
+    script = [sys.executable, "examples/fsdp2_torchrun.py", "--steps", "3", *SMALL, *data]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *script[1:]]
     under_torchrun = losses(run(torchrun, env))
     assert len(under_torchrun) == 3 and under_torchrun == pytest.approx(losses(ranks(script, env, 2)), abs=1e-6)
@@ -206,7 +211,7 @@ def test_fsdp2_tp_torchrun_resumes_on_another_mesh(data_env, tmp_path):
     uninterrupted 2x2 run (to the rounding of the other summation order). The ranks start with torchrun's
     variables (``launch``; the torchrun path itself is checked by the FSDP2 example's test)."""
     env, data = data_env
-    script = [sys.executable, "examples/fsdp2_tp_torchrun.py", "--steps", "3", *data]
+    script = [sys.executable, "examples/fsdp2_tp_torchrun.py", "--steps", "3", *SMALL, *data]
     full = ranks([*script, "--dp", "2", "--tp", "2"], env, 4)
     assert "SpectraAdamW on 2x2 dp x tp" in full
     assert len(losses(full)) == 3 and all(0 < v < 10 for v in losses(full))
