@@ -26,6 +26,8 @@ SPECTRA = ["SpectraAdamW", "SpectraSGD", "SpectraSignum", "SpectraLion", "Spectr
 FW = {"spectral_lmo nuclear": dict(post="spectral_lmo", regularizer="nuclear", b=0.1),
       "linf_fw": dict(post="linf_fw")}
 SHAPES = ((12, 8), (8, 12), (12, 8), (8,))  # two matrix batches, (12, 8) x 2 and (8, 12), and a vector
+SMALL = ((8, 4), (4, 8), (4,))  # tall, wide, vector: where the batching does not matter
+FUSED_SHAPES = ((12, 8), (8,), (3, 2, 2))
 
 
 def _recording(targets: list, backend: str):
@@ -42,42 +44,48 @@ def _recording(targets: list, backend: str):
     return record
 
 
-def _trace(name: str, before: bool = True, backend: str = "aot_eager", **kw) -> SimpleNamespace:
-    """One traced ``torch.compile(opt.step)`` that several tests read (a trace costs about a second of CPU): the
-    optimizer ``name`` over :data:`SHAPES`, traced before its first step (or after one eager step), called 3 times
-    with fresh gradients (the second has a nan: a skipped step) beside an eager twin fed the same gradients, with
-    ``error_on_recompile``. Returns both optimizers and parameter lists, the call targets of dynamo's graphs, the
-    graph-break reasons and the number of graphs compiled."""
-    return _traced(name, before, backend, tuple(sorted(kw.items())))
+def _trace(name: str, before: bool = True, backend: str = "aot_eager", shapes: tuple = SHAPES, nan: bool = True,
+           tensor_lr: bool = False, **kw) -> SimpleNamespace:
+    """One traced ``torch.compile(opt.step)`` that several tests read (a trace costs about a second of CPU, and
+    is made once per module): the optimizer ``name`` over parameters of ``shapes``, traced before its first step
+    (or after one eager step), called 3 times with fresh gradients (with ``nan``, the second has a nan entry: a
+    skipped step) beside an eager twin fed the same gradients, with ``error_on_recompile``. ``tensor_lr``: both
+    take a 0-d tensor lr, changed in place before each call (1e-2, 3e-2, 5e-3; as a scheduler of compiled steps
+    does). Returns both optimizers and parameter lists, the call targets of dynamo's graphs, the graph-break
+    reasons and the number of graphs compiled."""
+    return _traced(name, before, backend, shapes, nan, tensor_lr, tuple(sorted(kw.items())))
 
 
 @functools.cache
-def _traced(name: str, before: bool, backend: str, kw: tuple) -> SimpleNamespace:
-    kw = dict(kw)
+def _traced(name, before, backend, shapes, nan, tensor_lr, kw) -> SimpleNamespace:
     dynamo.reset()
     counters.clear()
     gen = torch.Generator().manual_seed(5)
-    init = [torch.randn(s, generator=gen) for s in SHAPES]
+    init = [torch.randn(s, generator=gen) for s in shapes]
     ps = [torch.nn.Parameter(x.clone()) for x in init]
     qs = [torch.nn.Parameter(x.clone()) for x in init]
-    opt, ref = getattr(O, name)(ps, lr=1e-2, **kw), getattr(O, name)(qs, lr=1e-2, **kw)
+    lrs = [torch.tensor(1e-2), torch.tensor(1e-2)] if tensor_lr else [1e-2, 1e-2]
+    opt, ref = getattr(O, name)(ps, lr=lrs[0], **dict(kw)), getattr(O, name)(qs, lr=lrs[1], **dict(kw))
 
-    def grads(nan: bool = False):
+    def grads(k: int):
         for p, q in zip(ps, qs):
             p.grad = torch.randn(p.shape, generator=gen) * 10
             q.grad = p.grad.clone()
-        if nan:
-            ps[1].grad[0, 0] = qs[1].grad[0, 0] = float("nan")
+        if nan and k == 1:
+            ps[1].grad.view(-1)[0] = qs[1].grad.view(-1)[0] = float("nan")
+        if tensor_lr:
+            for lr in lrs:
+                lr.fill_((1e-2, 3e-2, 5e-3)[k])
 
     if not before:
-        grads()
+        grads(0)
         opt.step()
         ref.step()
     targets: list = []
     step = torch.compile(opt.step, backend=_recording(targets, backend))
     with dynamo.config.patch(error_on_recompile=True):
         for k in range(3):
-            grads(nan=k == 1)
+            grads(k)
             step()
             ref.step()
     out = SimpleNamespace(opt=opt, ref=ref, ps=ps, qs=qs, targets=targets, breaks=dict(counters["graph_break"]),
@@ -86,29 +94,44 @@ def _traced(name: str, before: bool, backend: str, kw: tuple) -> SimpleNamespace
     return out
 
 
-def _traced_twice(name, before):
-    """Traced before its first step: ``aot_eager``. After it: dynamo's graph only (``eager``), the same operations
-    functionalized above; what this trace checks (graph breaks, guards, state created earlier) is dynamo's."""
-    return _trace(name, before, "aot_eager" if before else "eager")
+# The default tier's trace of each preset before its first step, read by the equality, graph-break and one-graph
+# tests (AdamW and SGD: the fused kernel's first configurations below; SpectraAdamW: with a tensor lr; AdEMAMix:
+# dynamo only, its longer trace functionalized in the soak tier)
+_PRESET = {
+    "AdamW": dict(shapes=FUSED_SHAPES, weight_decay=0.1),
+    "SGD": dict(shapes=FUSED_SHAPES, momentum=0.9, weight_decay=0.1),
+    "Lion": dict(shapes=SMALL), "Signum": dict(shapes=SMALL), "DMuon": dict(shapes=SMALL),
+    "AdEMAMix": dict(shapes=SMALL, backend="eager"),
+    "SpectraAdamW": dict(tensor_lr=True),
+}
 
 
-def _assert_equals_eager(t):
+def _preset(name: str, before: bool = True) -> SimpleNamespace:
+    """Traced before its first step: ``aot_eager``. After it (over two parameters): dynamo's graph only
+    (``eager``), the same operations functionalized before; what that trace checks (graph breaks, guards, state
+    created earlier) is dynamo's."""
+    if before:
+        return _trace(name, **_PRESET.get(name, {}))
+    return _trace(name, False, "eager", shapes=((6, 4), (4,)))
+
+
+def _assert_equals_eager(t, skipped: int = 1):
     """The compiled parameters, step counters and skip counter equal the eager twin's bit for bit."""
     assert all(torch.equal(p, q) for p, q in zip(t.ps, t.qs))
     assert all(torch.equal(t.opt.state[p]["step"], t.ref.state[q]["step"]) for p, q in zip(t.ps, t.qs))
-    assert int(t.opt.skipped_steps) == int(t.ref.skipped_steps) == 1
+    assert int(t.opt.skipped_steps) == int(t.ref.skipped_steps) == skipped
 
 
 @pytest.mark.parametrize("name", NO_BREAKS + ["SpectraAdamW"])
 def test_compiled_step_equals_eager(name):
-    """``aot_eager`` traced before the first step: the eager numbers bit for bit over 3 steps, a skipped one
-    (nan gradient) included."""
-    _assert_equals_eager(_trace(name))
+    """Traced before the first step (``aot_eager``; AdEMAMix: ``eager``): the eager numbers bit for bit over 3
+    steps, a skipped one (nan gradient) included."""
+    _assert_equals_eager(_preset(name))
 
 
 @pytest.mark.parametrize("name", ["AdamW", "Signum", "Lion", "Muon", "AdEMAMix"])
 def test_no_graph_break(name):
-    t = _trace(name)
+    t = _preset(name)
     assert not t.breaks, list(t.breaks)[:3]
 
 
@@ -138,7 +161,7 @@ def test_one_graph_no_recompile(name, before):
     """0 graph breaks, one graph for three calls (``error_on_recompile``): a Python number that changes per
     step in the traced code, a state created at the first call or a key added to a group would fail it. The
     compiled steps equal the eager ones bit for bit in both cases."""
-    t = _traced_twice(name, before)
+    t = _preset(name, before)
     _assert_one_graph(t)
     _assert_equals_eager(t)
 
@@ -149,7 +172,7 @@ def test_one_graph_no_recompile(name, before):
 def test_one_graph_no_recompile_spectra(name, before):
     """The SPECTRA presets (soft clip post-transform), AdEMAMix and MARS: one graph, no recompile (slow
     traces: soak tier)."""
-    t = _traced_twice(name, before)
+    t = _trace(name) if before else _preset(name, before)
     _assert_one_graph(t)
     _assert_equals_eager(t)
 
@@ -157,8 +180,8 @@ def test_one_graph_no_recompile_spectra(name, before):
 def test_one_graph_spectra_adamw_before_first_step():
     """Default tier: SpectraAdamW traced before its first step (the soft clip's coefficient tables are built
     eagerly by ``_init_group``, not in the trace), with a cheap ``global_clip`` and with the soft clip."""
-    for kw in (dict(post="global_clip"), {}):
-        _assert_one_graph(_trace("SpectraAdamW", **kw))
+    _assert_one_graph(_trace("SpectraAdamW", shapes=((6, 4), (4,)), post="global_clip"))
+    _assert_one_graph(_preset("SpectraAdamW"))
 
 
 def test_recompile_check_can_fail():
@@ -212,7 +235,7 @@ def test_tensor_lr_changes_without_recompile():
 
 def test_steps_taken_counts_compiled_steps():
     """3 compiled calls (one skipped: a nan gradient) count 3 steps, as the eager ones."""
-    t = _trace("SGD")
+    t = _preset("SGD")
     assert int(t.opt.param_groups[0]["steps_taken"]) == int(t.ref.param_groups[0]["steps_taken"]) == 3
     assert int(t.opt.state[t.ps[0]]["step"]) == int(t.ref.state[t.qs[0]]["step"])
 
@@ -258,39 +281,21 @@ def test_no_recompile_on_cuda(name):
     assert counters["stats"]["unique_graphs"] == 1
 
 
-@pytest.mark.parametrize("name,kw", [("AdamW", dict(weight_decay=0.1)), ("SGD", dict(momentum=0.9, weight_decay=0.1)),
-                                     ("SGD", dict(momentum=0.9, nesterov=True)),
-                                     ("AdamW", dict(check_finite=False))])
-def test_compiled_plain_step_is_the_fused_kernel(name, kw):
+# (optimizer, options, backend): the first two are the AdamW and SGD presets' traces above
+FUSED = [("AdamW", _PRESET["AdamW"], "aot_eager"), ("SGD", _PRESET["SGD"], "aot_eager"),
+         ("SGD", dict(shapes=FUSED_SHAPES, momentum=0.9, nesterov=True), "eager"),
+         ("AdamW", dict(shapes=FUSED_SHAPES, check_finite=False, nan=False), "eager")]
+
+
+@pytest.mark.parametrize("name,kw,backend", FUSED)
+def test_compiled_plain_step_is_the_fused_kernel(name, kw, backend):
     """A traced plain AdamW/SGD step is one call of the fused operator (torch's kernel), not the general pipeline,
     in one graph without recompiles; its numbers equal the eager step's bit for bit, a skipped step (nan
     gradient) included."""
-    dynamo.reset()
-    counters.clear()
-    gen = torch.Generator().manual_seed(3)
-    shapes = [(12, 8), (8,), (3, 2, 2)]
-    init = [torch.randn(s, generator=gen) for s in shapes]
-    ps = [torch.nn.Parameter(x.clone()) for x in init]
-    qs = [torch.nn.Parameter(x.clone()) for x in init]
-    opt, ref = getattr(O, name)(ps, lr=1e-2, **kw), getattr(O, name)(qs, lr=1e-2, **kw)
-    targets: list = []
-    step = torch.compile(opt.step, backend=_recording(targets, "eager"))
-    bad = 2 if kw.get("check_finite", True) else None
-    with dynamo.config.patch(error_on_recompile=True):
-        for k in range(4):
-            for p, q in zip(ps, qs):
-                p.grad = torch.randn(p.shape, generator=gen)
-                q.grad = p.grad.clone()
-            if k == bad:
-                ps[0].grad[1, 1] = qs[0].grad[1, 1] = float("nan")
-            step()
-            ref.step()
-    op = getattr(torch.ops.spectrakit, f"fused_{name.lower()}_step_").default
-    assert op in targets and counters["stats"]["unique_graphs"] == 1
-    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
-    assert all(torch.equal(opt.state[p]["step"], ref.state[q]["step"]) for p, q in zip(ps, qs))
-    assert int(opt.skipped_steps) == int(ref.skipped_steps) == (1 if bad is not None else 0)
-    dynamo.reset()
+    t = _trace(name, backend=backend, **kw)
+    assert getattr(torch.ops.spectrakit, f"fused_{name.lower()}_step_").default in t.targets
+    _assert_one_graph(t)
+    _assert_equals_eager(t, skipped=1 if kw.get("nan", True) else 0)
 
 
 def test_compiled_general_pipeline_where_the_route_does_not_apply():
@@ -325,7 +330,7 @@ _MATMULS = {torch.matmul, torch.mm, torch.bmm, torch.baddbmm, torch.addmm, torch
 # (optimizer, options, operator calls per traced step): the post-transforms of a group's matrix batches are one
 # call; the pre-clip (before the base direction) one call per batch
 TRACED_TRANSFORMS = {
-    "SpectraAdamW": ("SpectraAdamW", {}, 1),
+    "SpectraAdamW": ("SpectraAdamW", _PRESET["SpectraAdamW"], 1),
     "SpectraSignum": ("SpectraSignum", {}, 1),
     "pre-clip": ("SpectraAdamW", dict(pre_c=2.0), 3),  # the accurate pre-transform per batch, then the post
     "spectral_lmo nuclear": ("SpectraSignum", FW["spectral_lmo nuclear"], 1),
@@ -370,27 +375,10 @@ def test_eager_step_does_not_call_the_operator(monkeypatch):
 def test_traced_tensor_lr_changes_without_recompile_through_the_operator():
     """SpectraAdamW with a 0-d tensor lr changed in place between compiled calls: one graph, the operator in it,
     the eager numbers bit for bit."""
-    dynamo.reset()
-    counters.clear()
-    gen = torch.Generator().manual_seed(6)
-    init = [torch.randn(s, generator=gen) for s in [(10, 6), (6,)]]
-    ps, qs = [torch.nn.Parameter(x.clone()) for x in init], [torch.nn.Parameter(x.clone()) for x in init]
-    lr_p, lr_q = torch.tensor(1e-2), torch.tensor(1e-2)
-    opt, ref = O.SpectraAdamW(ps, lr=lr_p), O.SpectraAdamW(qs, lr=lr_q)
-    targets: list = []
-    step = torch.compile(opt.step, backend=_recording(targets, "aot_eager"))
-    with dynamo.config.patch(error_on_recompile=True):
-        for value in (1e-2, 3e-2, 5e-3):
-            lr_p.fill_(value)
-            lr_q.fill_(value)
-            for p, q in zip(ps, qs):
-                p.grad = torch.randn(p.shape, generator=gen)
-                q.grad = p.grad.clone()
-            step()
-            ref.step()
-    assert _OP in targets and counters["stats"]["unique_graphs"] == 1
-    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
-    dynamo.reset()
+    t = _preset("SpectraAdamW")
+    assert _OP in t.targets
+    _assert_one_graph(t)
+    _assert_equals_eager(t)
 
 
 @pytest.mark.parametrize("name,kw", [("soft_clip", {}), ("soft_clip_accurate", {}), ("hardcap", {}),
