@@ -178,6 +178,16 @@ def test_one_graph_no_recompile_spectra(name, before):
     _assert_equals_eager(t)
 
 
+@pytest.mark.soak
+@pytest.mark.parametrize("name", PLAIN)
+def test_one_graph_no_recompile_aot_after_first_step(name):
+    """The plain presets traced after their first step with ``aot_eager`` too (the default tier's trace is
+    dynamo's)."""
+    t = _trace(name, False, shapes=TWO)
+    _assert_one_graph(t)
+    _assert_equals_eager(t)
+
+
 def test_one_graph_spectra_adamw_before_first_step():
     """Default tier: SpectraAdamW traced before its first step (the soft clip's coefficient tables are built
     eagerly by ``_init_group``, not in the trace), with a cheap ``global_clip`` and with the soft clip."""
