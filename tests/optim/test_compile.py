@@ -8,6 +8,9 @@ matmul traced, bit-identical to eager."""
 
 from __future__ import annotations
 
+import functools
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch._dynamo as dynamo
@@ -16,106 +19,180 @@ from torch._dynamo.utils import counters
 import spectrakit.optim as O
 
 NO_BREAKS = ["AdamW", "Signum", "Lion", "SGD", "Muon", "DMuon", "AdEMAMix"]
-
-
-def _pair(name, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    shapes = [(16, 8), (8, 16), (8,)]
-    init = [torch.randn(s, generator=gen) for s in shapes]
-    out = []
-    for _ in range(2):
-        ps = [torch.nn.Parameter(x.clone()) for x in init]
-        out.append((ps, getattr(O, name)(ps, lr=1e-2)))
-    grads = [[torch.randn(s, generator=gen) for s in shapes] for _ in range(3)]
-    return out, grads
-
-
-CASES = [(n, "eager") for n in NO_BREAKS + ["SpectraAdamW"]] + [("AdamW", "aot_eager"), ("Muon", "aot_eager")]
-
-
-@pytest.mark.parametrize("name,backend", CASES)
-def test_compiled_step_equals_eager(name, backend):
-    dynamo.reset()
-    ((ps, opt), (qs, ref)), grads = _pair(name)
-    step = torch.compile(opt.step, backend=backend)
-    for gs in grads:
-        for p, q, g in zip(ps, qs, gs):
-            p.grad, q.grad = g.clone(), g.clone()
-        step()
-        ref.step()
-    for p, q in zip(ps, qs):
-        torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
-
-
-@pytest.mark.parametrize("name", ["AdamW", "Signum", "Lion", "Muon", "AdEMAMix"])
-def test_no_graph_break(name):
-    dynamo.reset()
-    ((ps, opt), _), grads = _pair(name)
-    for p, g in zip(ps, grads[0]):
-        p.grad = g
-    explained = dynamo.explain(opt.step)()
-    assert explained.graph_break_count == 0, [str(r.reason)[:200] for r in explained.break_reasons]
-
-
 PLAIN = ["AdamW", "SGD", "Lion", "Signum", "Muon", "DMuon"]
 # longer traces (per-parameter schedules, gradient differences): soak tier with the SPECTRA presets
 SLOW_PLAIN = ["AdEMAMix", "MARS"]
 SPECTRA = ["SpectraAdamW", "SpectraSGD", "SpectraSignum", "SpectraLion", "SpectraAdEMAMix", "SpectraMARS"]
 FW = {"spectral_lmo nuclear": dict(post="spectral_lmo", regularizer="nuclear", b=0.1),
       "linf_fw": dict(post="linf_fw")}
+SHAPES = ((12, 8), (8, 12), (12, 8), (8,))  # two matrix batches, (12, 8) x 2 and (8, 12), and a vector
+SMALL = ((8, 4), (4, 8), (4,))  # tall, wide, vector: where the batching does not matter
+TWO = ((6, 4), (4,))  # a matrix and a vector: what a guard or a graph break depends on
+FUSED_SHAPES = ((12, 8), (8,), (3, 2, 2))
 
 
-def _compile_counts(name: str, before: bool, calls: int = 3, **kwargs) -> tuple[dict, int]:
-    """Compile ``opt.step`` with ``aot_eager`` (traced before the first step, or after one eager step) and call
-    it ``calls`` times with fresh gradients, recompiles raising; returns (graph-break reasons, graphs
-    compiled)."""
+def _recording(targets: list, backend: str):
+    """``backend`` (``eager``: dynamo's graph run as is; ``aot_eager``: the functionalized graph run eagerly)
+    that also records the call targets of dynamo's graph."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    inner = lookup_backend(backend)
+
+    def record(gm, example_inputs):
+        targets.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
+        return inner(gm, example_inputs)
+
+    return record
+
+
+def _trace(name: str, before: bool = True, backend: str = "aot_eager", shapes: tuple = SHAPES, nan: bool = True,
+           tensor_lr: bool = False, **kw) -> SimpleNamespace:
+    """One traced ``torch.compile(opt.step)`` that several tests read (a trace costs about a second of CPU, and
+    is made once per module): the optimizer ``name`` over parameters of ``shapes``, traced before its first step
+    (or after one eager step), called 3 times with fresh gradients (with ``nan``, the second has a nan entry: a
+    skipped step) beside an eager twin fed the same gradients, with ``error_on_recompile``. ``tensor_lr``: both
+    take a 0-d tensor lr, changed in place before each call (1e-2, 3e-2, 5e-3; as a scheduler of compiled steps
+    does). Returns both optimizers and parameter lists, the call targets of dynamo's graphs, the graph-break
+    reasons and the number of graphs compiled."""
+    return _traced(name, before, backend, shapes, nan, tensor_lr, tuple(sorted(kw.items())))
+
+
+@functools.cache
+def _traced(name, before, backend, shapes, nan, tensor_lr, kw) -> SimpleNamespace:
     dynamo.reset()
     counters.clear()
-    gen = torch.Generator().manual_seed(1)
-    ps = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in [(6, 4), (4,)]]
-    opt = getattr(O, name)(ps, lr=1e-2, **kwargs)
+    gen = torch.Generator().manual_seed(5)
+    init = [torch.randn(s, generator=gen) for s in shapes]
+    ps = [torch.nn.Parameter(x.clone()) for x in init]
+    qs = [torch.nn.Parameter(x.clone()) for x in init]
+    lrs = [torch.tensor(1e-2), torch.tensor(1e-2)] if tensor_lr else [1e-2, 1e-2]
+    opt, ref = getattr(O, name)(ps, lr=lrs[0], **dict(kw)), getattr(O, name)(qs, lr=lrs[1], **dict(kw))
+
+    def grads(k: int):
+        for p, q in zip(ps, qs):
+            p.grad = torch.randn(p.shape, generator=gen) * 10
+            q.grad = p.grad.clone()
+        if nan and k == 1:
+            ps[1].grad.view(-1)[0] = qs[1].grad.view(-1)[0] = float("nan")
+        if tensor_lr:
+            for lr in lrs:
+                lr.fill_((1e-2, 3e-2, 5e-3)[k])
+
     if not before:
-        for p in ps:
-            p.grad = torch.randn(p.shape, generator=gen)
+        grads(0)
         opt.step()
-    step = torch.compile(opt.step, backend="aot_eager")
+        ref.step()
+    targets: list = []
+    step = torch.compile(opt.step, backend=_recording(targets, backend))
     with dynamo.config.patch(error_on_recompile=True):
-        for _ in range(calls):
-            for p in ps:
-                p.grad = torch.randn(p.shape, generator=gen)
+        for k in range(3):
+            grads(k)
             step()
-    out = dict(counters["graph_break"]), counters["stats"]["unique_graphs"]
+            ref.step()
+    out = SimpleNamespace(opt=opt, ref=ref, ps=ps, qs=qs, targets=targets, breaks=dict(counters["graph_break"]),
+                          graphs=counters["stats"]["unique_graphs"])
     dynamo.reset()
     return out
 
 
-def _assert_one_graph(name, before, **kwargs):
-    breaks, graphs = _compile_counts(name, before, **kwargs)
-    assert not breaks, list(breaks)[:3]
-    assert graphs == 1
+# The default tier's trace of each preset before its first step, read by the equality, graph-break and one-graph
+# tests (AdamW and SGD: the fused kernel's first configurations below; SpectraAdamW: with a tensor lr; AdEMAMix:
+# dynamo only, its longer trace functionalized in the soak tier)
+_PRESET = {
+    "AdamW": dict(shapes=FUSED_SHAPES, weight_decay=0.1),
+    "SGD": dict(shapes=FUSED_SHAPES, momentum=0.9, weight_decay=0.1),
+    "Lion": dict(shapes=SMALL), "Signum": dict(shapes=SMALL), "DMuon": dict(shapes=SMALL),
+    "AdEMAMix": dict(shapes=SMALL, backend="eager"),
+    "SpectraAdamW": dict(tensor_lr=True),
+}
+
+
+def _preset(name: str, before: bool = True) -> SimpleNamespace:
+    """Traced before its first step: ``aot_eager``. After it (over two parameters): dynamo's graph only
+    (``eager``), the same operations functionalized before; what that trace checks (graph breaks, guards, state
+    created earlier) is dynamo's."""
+    if before:
+        return _trace(name, **_PRESET.get(name, {}))
+    return _trace(name, False, "eager", shapes=TWO)
+
+
+def _assert_equals_eager(t, skipped: int = 1):
+    """The compiled parameters, step counters and skip counter equal the eager twin's bit for bit."""
+    assert all(torch.equal(p, q) for p, q in zip(t.ps, t.qs))
+    assert all(torch.equal(t.opt.state[p]["step"], t.ref.state[q]["step"]) for p, q in zip(t.ps, t.qs))
+    assert int(t.opt.skipped_steps) == int(t.ref.skipped_steps) == skipped
+
+
+@pytest.mark.parametrize("name", NO_BREAKS + ["SpectraAdamW"])
+def test_compiled_step_equals_eager(name):
+    """Traced before the first step (``aot_eager``; AdEMAMix: ``eager``): the eager numbers bit for bit over 3
+    steps, a skipped one (nan gradient) included."""
+    _assert_equals_eager(_preset(name))
+
+
+@pytest.mark.parametrize("name", ["AdamW", "Signum", "Lion", "Muon", "AdEMAMix"])
+def test_no_graph_break(name):
+    t = _preset(name)
+    assert not t.breaks, list(t.breaks)[:3]
+
+
+def test_graph_break_count_can_fail():
+    """The counting sees a graph break (the check above can fail)."""
+    dynamo.reset()
+    counters.clear()
+
+    def f(x):
+        x = x + 1
+        dynamo.graph_break()
+        return x * 2
+
+    torch.compile(f, backend="eager")(torch.ones(3))
+    assert counters["graph_break"] and counters["stats"]["unique_graphs"] == 2
+    dynamo.reset()
+
+
+def _assert_one_graph(t):
+    assert not t.breaks, list(t.breaks)[:3]
+    assert t.graphs == 1
 
 
 @pytest.mark.parametrize("before", [True, False], ids=["before_first_step", "after_first_step"])
 @pytest.mark.parametrize("name", PLAIN)
 def test_one_graph_no_recompile(name, before):
     """0 graph breaks, one graph for three calls (``error_on_recompile``): a Python number that changes per
-    step in the traced code, a state created at the first call or a key added to a group would fail it."""
-    _assert_one_graph(name, before)
+    step in the traced code, a state created at the first call or a key added to a group would fail it. The
+    compiled steps equal the eager ones bit for bit in both cases."""
+    t = _preset(name, before)
+    _assert_one_graph(t)
+    _assert_equals_eager(t)
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("before", [True, False], ids=["before_first_step", "after_first_step"])
 @pytest.mark.parametrize("name", SPECTRA + SLOW_PLAIN)
 def test_one_graph_no_recompile_spectra(name, before):
-    """The SPECTRA presets (soft clip post-transform), AdEMAMix and MARS: one graph, no recompile (slow
-    traces: soak tier)."""
-    _assert_one_graph(name, before)
+    """The SPECTRA presets (soft clip post-transform), AdEMAMix and MARS: one graph, no recompile, the eager
+    numbers (slow traces, all ``aot_eager``: soak tier)."""
+    t = _trace(name, before, shapes=TWO)
+    _assert_one_graph(t)
+    _assert_equals_eager(t)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("name", PLAIN)
+def test_one_graph_no_recompile_aot_after_first_step(name):
+    """The plain presets traced after their first step with ``aot_eager`` too (the default tier's trace is
+    dynamo's)."""
+    t = _trace(name, False, shapes=TWO)
+    _assert_one_graph(t)
+    _assert_equals_eager(t)
 
 
 def test_one_graph_spectra_adamw_before_first_step():
     """Default tier: SpectraAdamW traced before its first step (the soft clip's coefficient tables are built
     eagerly by ``_init_group``, not in the trace), with a cheap ``global_clip`` and with the soft clip."""
-    _assert_one_graph("SpectraAdamW", True, post="global_clip")
+    _assert_one_graph(_trace("SpectraAdamW", shapes=TWO, post="global_clip"))
+    _assert_one_graph(_preset("SpectraAdamW"))
 
 
 def test_recompile_check_can_fail():
@@ -124,7 +201,7 @@ def test_recompile_check_can_fail():
     counters.clear()
     p = torch.nn.Parameter(torch.randn(4, 3))
     opt = O.AdamW([p], lr=1e-2)
-    step = torch.compile(opt.step, backend="aot_eager")
+    step = torch.compile(opt.step, backend="eager")
     for lr in (1e-2, 2e-2):
         opt.param_groups[0]["lr"] = lr
         p.grad = torch.randn_like(p)
@@ -133,43 +210,54 @@ def test_recompile_check_can_fail():
     dynamo.reset()
 
 
-def test_tensor_lr_changes_without_recompile():
-    """A 0-d tensor lr (changed in place, as a scheduler for compiled steps does) is not guarded on."""
+@functools.cache
+def _tensor_lr_trace(name: str) -> SimpleNamespace:
+    """``name`` (weight decay 0.1) with a 0-d tensor lr changed in place between compiled calls (as a scheduler
+    for compiled steps does), a nan value among them, ``aot_eager`` beside an eager twin, ``error_on_recompile``."""
     dynamo.reset()
     counters.clear()
-    p = torch.nn.Parameter(torch.randn(4, 3))
-    q = torch.nn.Parameter(p.detach().clone())
-    lr = torch.tensor(1e-2)
-    opt, ref = O.AdamW([p], lr=lr), O.AdamW([q], lr=1e-2)
-    step = torch.compile(opt.step, backend="aot_eager")
+    gen = torch.Generator().manual_seed(4)
+    init = [torch.randn(s, generator=gen) for s in [(6, 4), (4,)]]
+    ps, qs = [torch.nn.Parameter(x.clone()) for x in init], [torch.nn.Parameter(x.clone()) for x in init]
+    lr_p, lr_q = torch.tensor(1e-2), torch.tensor(1e-2)
+    opt, ref = getattr(O, name)(ps, lr=lr_p, weight_decay=0.1), getattr(O, name)(qs, lr=lr_q, weight_decay=0.1)
+    targets: list = []
+    step = torch.compile(opt.step, backend=_recording(targets, "aot_eager"))
     with dynamo.config.patch(error_on_recompile=True):
-        for value in (1e-2, 3e-2, 5e-3):
-            lr.fill_(value)
-            ref.param_groups[0]["lr"] = value
-            p.grad = torch.randn_like(p)
-            q.grad = p.grad.clone()
+        for value in (1e-2, 3e-2, float("nan"), 5e-3):
+            lr_p.fill_(value)
+            lr_q.fill_(value)
+            for p, q in zip(ps, qs):
+                p.grad = torch.randn(p.shape, generator=gen)
+                q.grad = p.grad.clone()
             step()
             ref.step()
-    torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-6, atol=1e-7)
+    out = SimpleNamespace(opt=opt, ref=ref, ps=ps, qs=qs, targets=targets, graphs=counters["stats"]["unique_graphs"])
     dynamo.reset()
+    return out
+
+
+def test_tensor_lr_changes_without_recompile():
+    """A 0-d tensor lr (changed in place, as a scheduler for compiled steps does) is not guarded on."""
+    t = _tensor_lr_trace("AdamW")
+    assert t.graphs == 1
+    assert all(torch.equal(p, q) for p, q in zip(t.ps, t.qs))
 
 
 def test_steps_taken_counts_compiled_steps():
-    dynamo.reset()
-    p = torch.nn.Parameter(torch.randn(4, 3))
-    opt = O.SGD([p], lr=1e-2)
-    step = torch.compile(opt.step, backend="aot_eager")
-    for _ in range(3):
-        p.grad = torch.randn_like(p)
-        step()
-    assert int(opt.param_groups[0]["steps_taken"]) == 3 and int(opt.state[p]["step"]) == 3
-    dynamo.reset()
+    """3 compiled calls (one skipped: a nan gradient) count 3 steps taken and 2 parameter steps, as the eager
+    ones."""
+    t = _preset("SGD")
+    assert int(t.opt.param_groups[0]["steps_taken"]) == int(t.ref.param_groups[0]["steps_taken"]) == 3
+    assert int(t.opt.state[t.ps[0]]["step"]) == int(t.ref.state[t.qs[0]]["step"]) == 2
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("variant", list(FW))
 def test_frank_wolfe_posts_one_graph(variant):
-    _assert_one_graph("SpectraSGD", False, **FW[variant])
+    t = _trace("SpectraSGD", False, shapes=TWO, **FW[variant])
+    _assert_one_graph(t)
+    _assert_equals_eager(t)
 
 
 @pytest.mark.parametrize("name", ["AdamW", "SpectraAdamW", "Muon"])
@@ -205,49 +293,21 @@ def test_no_recompile_on_cuda(name):
     assert counters["stats"]["unique_graphs"] == 1
 
 
-def _recording_backend(targets: list):
-    """A dynamo backend that records the call targets of the traced graph and runs it eagerly."""
-
-    def backend(gm, example_inputs):
-        targets.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
-        return gm.forward
-
-    return backend
+# (optimizer, options, backend): the first two are the AdamW and SGD presets' traces above
+FUSED = [("AdamW", _PRESET["AdamW"], "aot_eager"), ("SGD", _PRESET["SGD"], "aot_eager"),
+         ("SGD", dict(shapes=FUSED_SHAPES, momentum=0.9, nesterov=True), "eager"),
+         ("AdamW", dict(shapes=FUSED_SHAPES, check_finite=False, nan=False), "eager")]
 
 
-@pytest.mark.parametrize("name,kw", [("AdamW", dict(weight_decay=0.1)), ("SGD", dict(momentum=0.9, weight_decay=0.1)),
-                                     ("SGD", dict(momentum=0.9, nesterov=True)),
-                                     ("AdamW", dict(check_finite=False))])
-def test_compiled_plain_step_is_the_fused_kernel(name, kw):
+@pytest.mark.parametrize("name,kw,backend", FUSED)
+def test_compiled_plain_step_is_the_fused_kernel(name, kw, backend):
     """A traced plain AdamW/SGD step is one call of the fused operator (torch's kernel), not the general pipeline,
     in one graph without recompiles; its numbers equal the eager step's bit for bit, a skipped step (nan
     gradient) included."""
-    dynamo.reset()
-    counters.clear()
-    gen = torch.Generator().manual_seed(3)
-    shapes = [(12, 8), (8,), (3, 2, 2)]
-    init = [torch.randn(s, generator=gen) for s in shapes]
-    ps = [torch.nn.Parameter(x.clone()) for x in init]
-    qs = [torch.nn.Parameter(x.clone()) for x in init]
-    opt, ref = getattr(O, name)(ps, lr=1e-2, **kw), getattr(O, name)(qs, lr=1e-2, **kw)
-    targets: list = []
-    step = torch.compile(opt.step, backend=_recording_backend(targets))
-    bad = 2 if kw.get("check_finite", True) else None
-    with dynamo.config.patch(error_on_recompile=True):
-        for k in range(4):
-            for p, q in zip(ps, qs):
-                p.grad = torch.randn(p.shape, generator=gen)
-                q.grad = p.grad.clone()
-            if k == bad:
-                ps[0].grad[1, 1] = qs[0].grad[1, 1] = float("nan")
-            step()
-            ref.step()
-    op = getattr(torch.ops.spectrakit, f"fused_{name.lower()}_step_").default
-    assert op in targets and counters["stats"]["unique_graphs"] == 1
-    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
-    assert all(torch.equal(opt.state[p]["step"], ref.state[q]["step"]) for p, q in zip(ps, qs))
-    assert int(opt.skipped_steps) == int(ref.skipped_steps) == (1 if bad is not None else 0)
-    dynamo.reset()
+    t = _trace(name, backend=backend, **kw)
+    assert getattr(torch.ops.spectrakit, f"fused_{name.lower()}_step_").default in t.targets
+    _assert_one_graph(t)
+    _assert_equals_eager(t, skipped=1 if kw.get("nan", True) else 0)
 
 
 def test_compiled_general_pipeline_where_the_route_does_not_apply():
@@ -258,7 +318,7 @@ def test_compiled_general_pipeline_where_the_route_does_not_apply():
     opt = O.AdamW([p], lr=1e-2, torch_kernel=False)
     targets: list = []
     p.grad = torch.randn_like(p)
-    torch.compile(opt.step, backend=_recording_backend(targets))()
+    torch.compile(opt.step, backend=_recording(targets, "eager"))()
     assert torch.ops.spectrakit.fused_adamw_step_.default not in targets and targets
     dynamo.reset()
 
@@ -267,29 +327,11 @@ def test_compiled_general_pipeline_where_the_route_does_not_apply():
 def test_compiled_fused_step_with_a_tensor_lr(name):
     """A tensor lr changed in place (a scheduler of a compiled step): the fused operator, one graph for every
     value, the eager numbers bit for bit; a nan value skips the step in both."""
-    dynamo.reset()
-    counters.clear()
-    gen = torch.Generator().manual_seed(4)
-    init = [torch.randn(s, generator=gen) for s in [(6, 4), (4,)]]
-    ps, qs = [torch.nn.Parameter(x.clone()) for x in init], [torch.nn.Parameter(x.clone()) for x in init]
-    lr_p, lr_q = torch.tensor(1e-2), torch.tensor(1e-2)
-    opt, ref = getattr(O, name)(ps, lr=lr_p, weight_decay=0.1), getattr(O, name)(qs, lr=lr_q, weight_decay=0.1)
-    targets: list = []
-    step = torch.compile(opt.step, backend=_recording_backend(targets))
-    with dynamo.config.patch(error_on_recompile=True):
-        for value in (1e-2, 3e-2, float("nan"), 5e-3):
-            lr_p.fill_(value)
-            lr_q.fill_(value)
-            for p, q in zip(ps, qs):
-                p.grad = torch.randn(p.shape, generator=gen)
-                q.grad = p.grad.clone()
-            step()
-            ref.step()
-    assert getattr(torch.ops.spectrakit, f"fused_{name.lower()}_step_").default in targets
-    assert counters["stats"]["unique_graphs"] == 1
-    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
-    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 1
-    dynamo.reset()
+    t = _tensor_lr_trace(name)
+    assert getattr(torch.ops.spectrakit, f"fused_{name.lower()}_step_").default in t.targets
+    assert t.graphs == 1
+    assert all(torch.equal(p, q) for p, q in zip(t.ps, t.qs))
+    assert int(t.opt.skipped_steps) == int(t.ref.skipped_steps) == 1
 
 
 # --- the matrix transforms as one opaque operator call per batch (spectrakit.optim.opaque) ---------------------
@@ -300,7 +342,7 @@ _MATMULS = {torch.matmul, torch.mm, torch.bmm, torch.baddbmm, torch.addmm, torch
 # (optimizer, options, operator calls per traced step): the post-transforms of a group's matrix batches are one
 # call; the pre-clip (before the base direction) one call per batch
 TRACED_TRANSFORMS = {
-    "SpectraAdamW": ("SpectraAdamW", {}, 1),
+    "SpectraAdamW": ("SpectraAdamW", _PRESET["SpectraAdamW"], 1),
     "SpectraSignum": ("SpectraSignum", {}, 1),
     "pre-clip": ("SpectraAdamW", dict(pre_c=2.0), 3),  # the accurate pre-transform per batch, then the post
     "spectral_lmo nuclear": ("SpectraSignum", FW["spectral_lmo nuclear"], 1),
@@ -308,19 +350,6 @@ TRACED_TRANSFORMS = {
     "hardcap": ("SpectraAdamW", dict(post="hardcap"), 1),
     "Muon": ("Muon", {}, 1),
 }
-
-
-def _recording_aot_eager(targets: list):
-    """``aot_eager`` (functionalized graph, run eagerly) that also records the call targets of dynamo's graph."""
-    from torch._dynamo.backends.registry import lookup_backend
-
-    aot_eager = lookup_backend("aot_eager")
-
-    def backend(gm, example_inputs):
-        targets.extend(n.target for n in gm.graph.nodes if n.op == "call_function")
-        return aot_eager(gm, example_inputs)
-
-    return backend
 
 
 # (cheaper variants of the same trace in the soak tier)
@@ -335,31 +364,11 @@ def test_traced_matrix_transforms_are_one_operator_call(case):
     ``aot_eager`` it equals the eager step bit for bit over 3 steps (one with a nan gradient: skipped), in one
     graph without recompiles, traced before its first step."""
     name, kw, calls = TRACED_TRANSFORMS[case]
-    dynamo.reset()
-    counters.clear()
-    gen = torch.Generator().manual_seed(5)
-    shapes = [(12, 8), (8, 12), (12, 8), (8,)]  # two matrix batches, (12, 8) x 2 and (8, 12)
-    init = [torch.randn(s, generator=gen) for s in shapes]
-    ps = [torch.nn.Parameter(x.clone()) for x in init]
-    qs = [torch.nn.Parameter(x.clone()) for x in init]
-    opt, ref = getattr(O, name)(ps, lr=1e-2, **kw), getattr(O, name)(qs, lr=1e-2, **kw)
-    targets: list = []
-    step = torch.compile(opt.step, backend=_recording_aot_eager(targets))
-    with dynamo.config.patch(error_on_recompile=True):
-        for k in range(3):
-            for p, q in zip(ps, qs):
-                p.grad = torch.randn(p.shape, generator=gen) * 10
-                q.grad = p.grad.clone()
-            if k == 1:
-                ps[1].grad[0, 0] = qs[1].grad[0, 0] = float("nan")
-            step()
-            ref.step()
-    assert targets.count(_OP) == calls, targets.count(_OP)
-    assert not _MATMULS & set(targets)
-    assert not counters["graph_break"] and counters["stats"]["unique_graphs"] == 1
-    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
-    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 1
-    dynamo.reset()
+    t = _trace(name, **kw)
+    assert t.targets.count(_OP) == calls, t.targets.count(_OP)
+    assert not _MATMULS & set(t.targets)
+    _assert_one_graph(t)
+    _assert_equals_eager(t)
 
 
 def test_eager_step_does_not_call_the_operator(monkeypatch):
@@ -378,27 +387,10 @@ def test_eager_step_does_not_call_the_operator(monkeypatch):
 def test_traced_tensor_lr_changes_without_recompile_through_the_operator():
     """SpectraAdamW with a 0-d tensor lr changed in place between compiled calls: one graph, the operator in it,
     the eager numbers bit for bit."""
-    dynamo.reset()
-    counters.clear()
-    gen = torch.Generator().manual_seed(6)
-    init = [torch.randn(s, generator=gen) for s in [(10, 6), (6,)]]
-    ps, qs = [torch.nn.Parameter(x.clone()) for x in init], [torch.nn.Parameter(x.clone()) for x in init]
-    lr_p, lr_q = torch.tensor(1e-2), torch.tensor(1e-2)
-    opt, ref = O.SpectraAdamW(ps, lr=lr_p), O.SpectraAdamW(qs, lr=lr_q)
-    targets: list = []
-    step = torch.compile(opt.step, backend=_recording_aot_eager(targets))
-    with dynamo.config.patch(error_on_recompile=True):
-        for value in (1e-2, 3e-2, 5e-3):
-            lr_p.fill_(value)
-            lr_q.fill_(value)
-            for p, q in zip(ps, qs):
-                p.grad = torch.randn(p.shape, generator=gen)
-                q.grad = p.grad.clone()
-            step()
-            ref.step()
-    assert _OP in targets and counters["stats"]["unique_graphs"] == 1
-    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
-    dynamo.reset()
+    t = _preset("SpectraAdamW")
+    assert _OP in t.targets
+    _assert_one_graph(t)
+    _assert_equals_eager(t)
 
 
 @pytest.mark.parametrize("name,kw", [("soft_clip", {}), ("soft_clip_accurate", {}), ("hardcap", {}),
@@ -446,7 +438,7 @@ def test_scheduled_c_reaches_the_operator_without_recompiles():
     kw = dict(lr=1e-2, c=1.0, c_schedule={"decay": "linear", "total_steps": 6})
     opt, ref = O.SpectraAdamW([p], **kw), O.SpectraAdamW([q], **kw)
     targets: list = []
-    step = torch.compile(opt.step, backend=_recording_aot_eager(targets))
+    step = torch.compile(opt.step, backend=_recording(targets, "aot_eager"))
     graphs = []
     for _ in range(5):
         p.grad = torch.randn(p.shape, generator=gen) * 30  # above c: the clip is active
