@@ -1,6 +1,7 @@
 """Packaging: the wheel builds from a copy of the sources, carries ``py.typed`` and the version of
 ``spectrakit.__version__``, installs into a fresh virtual environment and imports from there (not from the
-source tree), with a working ``spectrakit`` console script and a SPECTRA step.
+source tree), with a working ``spectrakit`` console script and a SPECTRA step; importing the package leaves
+torch's thread count alone (that fresh interpreter is the one that checks it).
 
 The fresh environment sees the dependencies (torch, numpy, ...) of the interpreter running the tests, whatever
 it is (the system's, or a user's own virtual environment): a ``.pth`` file lists that interpreter's
@@ -23,7 +24,12 @@ import spectrakit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHECK = """
-import os, runpy, sys, torch, spectrakit
+import os, runpy, sys, torch
+# importing spectrakit leaves torch's thread count alone (the command line sets it, a library never does)
+torch.set_num_threads(3)
+import spectrakit, spectrakit.optim, spectrakit.linalg, spectrakit.train
+assert torch.get_num_threads() == 3, torch.get_num_threads()
+torch.set_num_threads(1)
 from spectrakit.optim import SpectraAdamW, param_groups
 assert spectrakit.__file__.startswith(sys.prefix), spectrakit.__file__
 m = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10))
