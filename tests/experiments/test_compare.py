@@ -4,7 +4,6 @@ results and plots, `spectrakit plot` on its run folders, option errors."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -48,13 +47,15 @@ def test_same_seed_same_data_gives_identical_runs_for_equivalent_optimizers(tmp_
 
 
 def test_cli_writes_table_json_and_plots(tmp_path, capsys, monkeypatch, quick_plots):
-    drawn = []  # the figures after each run; the final report reuses the last run's (same rows)
+    # the figures are built from the results after each run (the final report reuses the last run's: same
+    # rows), not rendered: test_plots_readable.py renders the comparison's figures, and
+    # test_plot_runs_renders_every_figure below those of `spectrakit plot`
+    drawn = []
     real_plot = cmp.plot
 
-    def plot(rows, *args, **kwargs):  # rendered with both runs; after the first run alone only built
+    def plot(rows, *args, **kwargs):
         drawn.append(len(rows))
-        with quick_plots() if len(rows) == 2 else contextlib.nullcontext():
-            return real_plot(rows, *args, **kwargs)
+        return real_plot(rows, *args, **kwargs)
 
     monkeypatch.setattr(cmp, "plot", plot)
     parser = argparse.ArgumentParser()
@@ -125,13 +126,13 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys, monkeypatch, quick_pl
     ):
         assert os.path.exists(os.path.join(out, f)), f
     # `spectrakit plot` reads every log of these run folders (its figures built, not rendered: rendering all
-    # layers' spectra took 5 s of CPU; test_plot_runs_renders_every_figure renders the same figures)
+    # layers' spectra took 5 s of CPU)
     written = plots.plot_runs(
         [os.path.join(out, "adamw-s1"), os.path.join(out, "spectra-adamw-s1")], str(tmp_path / "plots")
     )
     assert [os.path.basename(p) for p in written] == ["loss.png", "norms.png", "spectra.png", "noise.png"]
     assert all(os.path.exists(p) for p in written)
-    assert all(os.path.getsize(os.path.join(out, f)) > 1000 for f in ("loss_curves.png", "weight_norms.png"))
+    assert all(os.path.exists(os.path.join(out, f)) for f in ("loss_curves.png", "weight_norms.png"))
 
 
 def _write_jsonl(path, rows):
