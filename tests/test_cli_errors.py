@@ -1,6 +1,7 @@
 """Every user error of the command line is one line ``error: ...`` on stderr with exit status 2, found
 before any training or data loading, and never a traceback."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -70,6 +71,17 @@ def test_device_without_cuda(argv, capsys):
     code, err = _run(argv, capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "CUDA is not available" in err and "--device cpu" in err
+
+
+def test_device_names():
+    """``--device``: auto and cpu are accepted without asking torch; any other name is parsed by torch and must
+    be a CPU or CUDA device."""
+    from spectrakit._cliargs import device_name
+
+    assert [device_name(t) for t in ("auto", "cpu", "cpu:0")] == ["auto", "cpu", "cpu:0"]
+    for bad in ("meta", "gpu", "cuda:x", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected cpu, cuda or cuda:N"):
+            device_name(bad)
 
 
 def test_unwritable_out_checked_before_work(tmp_path, capsys, monkeypatch):
