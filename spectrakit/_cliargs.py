@@ -13,8 +13,6 @@ import argparse
 import math
 import os
 
-import torch
-
 
 class UsageError(Exception):
     """A user error of the command line: printed as one line ``error: <message>``, exit status 2."""
@@ -85,8 +83,10 @@ def name_list(choices) -> callable:
 
 def device_name(text: str) -> str:
     """``type=`` for ``--device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``; CUDA must be available."""
-    if text == "auto":
+    if text in ("auto", "cpu"):
         return text
+    import torch  # (only here: parsing the other options imports no heavy library)
+
     try:
         dev = torch.device(text)
     except (RuntimeError, ValueError):

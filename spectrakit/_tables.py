@@ -1,8 +1,8 @@
 """Result tables shared by the commands, experiments and benchmarks: markdown rendering, the environment
 header (device, torch version, date) and saving (JSON + markdown).
 
-A ground module (imports only torch and other ground modules), so that every layer's commands can format
-tables the same way; :mod:`spectrakit.experiments.io` re-exports it.
+A ground module (imports only other ground modules; torch when the header is made), so that every layer's
+commands can format tables the same way; :mod:`spectrakit.experiments.io` re-exports it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
-
-import torch
 
 
 def _fmt(v: Any) -> str:
@@ -66,6 +64,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None
 
 def environment() -> dict[str, str]:
     """Device, versions and date, for the header of every result table."""
+    import torch  # (here: formatting a table needs no heavy library)
+
     if torch.cuda.is_available():
         device = torch.cuda.get_device_name()
     else:

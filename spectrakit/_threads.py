@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 import time
 
-import torch
-
 SAMPLE_S = 0.2  # length of the /proc/stat sample
 
 
@@ -99,6 +97,8 @@ CHOICE: str | None = None  # why the command line chose its thread count, for re
 def apply_threads(requested: int | None = None) -> int:
     """Set torch's intra-op threads by :func:`choose_threads` and remember the reason for result headers."""
     global CHOICE
+    import torch  # (here: the command line imports it only for the commands that compute)
+
     n, CHOICE = choose_threads(requested)
     torch.set_num_threads(n)
     return n

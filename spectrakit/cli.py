@@ -161,7 +161,21 @@ def _harden(parser: argparse.ArgumentParser) -> None:
                 choice.help = _user_text(choice.help)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_of(argv: list[str]) -> str | None:
+    """The sub-command that ``argv`` (the arguments after ``spectrakit``) names: its first argument that is
+    not an option (the ``spectrakit`` level has only ``--help`` and ``--version``, which take no value), or
+    None."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    """The parser of the command line. ``commands``: the sub-commands whose options are filled in (their
+    modules imported); the others are listed with their one-line help only, which is all that ``spectrakit
+    --help`` and a run of another command use. Default: all of them (for tools that walk every option).
+
+    A run fills in only the command it runs: ``spectrakit --help`` imports no command module, and a command's
+    own module imports what its options need; the heavy libraries (torch) wait for the commands that
+    compute."""
     parser = Parser(
         prog="spectrakit",
         description="spectrakit: control the spectrum of neural networks (matrix functions, "
@@ -172,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"spectrakit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
+        if commands is not None and name not in commands:
+            sub.add_parser(name, help=help_text)
+            continue
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip().split("\n\n")[0],
                            formatter_class=HelpFormatter)
@@ -226,7 +243,7 @@ def _main(argv: list[str] | None) -> int:
     from spectrakit._cliargs import check_output_folder
     from spectrakit._threads import apply_threads
 
-    parser = build_parser()
+    parser = build_parser([command_of(sys.argv[1:] if argv is None else argv)])
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
         parser.print_help()

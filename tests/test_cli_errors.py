@@ -1,6 +1,7 @@
 """Every user error of the command line is one line ``error: ...`` on stderr with exit status 2, found
 before any training or data loading, and never a traceback."""
 
+import argparse
 import os
 import subprocess
 import sys
@@ -72,6 +73,17 @@ def test_device_without_cuda(argv, capsys):
     assert "CUDA is not available" in err and "--device cpu" in err
 
 
+def test_device_names():
+    """``--device``: auto and cpu are accepted without asking torch; any other name is parsed by torch and must
+    be a CPU or CUDA device."""
+    from spectrakit._cliargs import device_name
+
+    assert [device_name(t) for t in ("auto", "cpu", "cpu:0")] == ["auto", "cpu", "cpu:0"]
+    for bad in ("meta", "gpu", "cuda:x", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected cpu, cuda or cuda:N"):
+            device_name(bad)
+
+
 def test_unwritable_out_checked_before_work(tmp_path, capsys, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("x")  # a file where the folder should go: cannot be created
@@ -107,9 +119,27 @@ def test_short_run_scales_warmup():
     assert CompareOptions(steps=10, warmup=5, setting="cpu").resolved()["warmup"] == 5
 
 
-def test_subprocess_no_traceback(tmp_path):
+def _spectrakit_process(*argv):
+    """``python -m spectrakit ARGV`` in a fresh interpreter with ``-X importtime``: returns the exit status,
+    stdout, the stderr lines that are not import times, and the names of the modules it imported."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    r = subprocess.run([sys.executable, "-m", "spectrakit", "compare", "--lr", "inf", "--out", str(tmp_path)],
-                       capture_output=True, text=True, env=env, timeout=120)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("error: ")
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "spectrakit", *argv], capture_output=True,
+                       text=True, env=env, timeout=120)
+    lines = r.stderr.splitlines()
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    return r.returncode, r.stdout, [line for line in lines if not line.startswith("import time:")], imported
+
+
+def test_subprocess_no_traceback():
+    """A real process: a user error is one line on stderr with exit status 2, no traceback; and an argument
+    error of a command, like ``spectrakit --help``, is answered without importing torch (about 4 s here)."""
+    code, out, err, imported = _spectrakit_process("gpu-suite", "--budget", "0")
+    assert code == 2 and out == "" and "Traceback" not in "\n".join(err)
+    assert len(err) == 1 and err[0].startswith("error: spectrakit gpu-suite: argument --budget: "), err
+    # (importtime lists the modules imported by import statements: the command's modules, and torch wherever
+    # an import statement of any module would load it)
+    assert "spectrakit.experiments.gpu_suite" in imported and "torch" not in imported
+    code, out, err, imported = _spectrakit_process("--help")
+    assert code == 0 and err == [] and "usage: spectrakit" in out
+    assert all(f"\n    {name}" in out for name in ("compare", "experiment", "gpu-suite", "report"))
+    assert "spectrakit.cli" in imported and not any(m == "torch" or m.startswith("torch.") for m in imported)

@@ -106,9 +106,14 @@ def test_unexpected_failure_is_one_line_exit_1(capsys, monkeypatch):
 
 def test_resume_with_every_checkpoint_corrupted_is_one_line_exit_1(tmp_path, capsys, monkeypatch, corpus_cache):
     monkeypatch.setenv("SPECTRAKIT_CACHE", corpus_cache)
-    args = ["compare", "--optimizers", "adamw", "--tokenizer", "bytes", "--steps", "4", "--batch-size", "2",
-            "--seq-len", "8", "--eval-every", "2", "--eval-tokens", "32", "--ckpt-every", "2", "--quiet",
-            "--threads", "1", "--out", str(tmp_path / "out")]
+    from matplotlib.figure import Figure
+
+    # the comparison's figures are built but not rendered (about 2 s of CPU; test_compare.py renders them)
+    monkeypatch.setattr(Figure, "tight_layout", lambda self, *a, **k: None)
+    monkeypatch.setattr(Figure, "savefig", lambda self, fname, *a, **k: open(fname, "wb").close())
+    args = ["compare", "--optimizers", "adamw", "--preset", "nano", "--tokenizer", "bytes", "--steps", "4",
+            "--batch-size", "2", "--seq-len", "8", "--eval-every", "2", "--eval-tokens", "32", "--ckpt-every", "2",
+            "--quiet", "--threads", "1", "--out", str(tmp_path / "out")]
     assert main(args) == 0
     ckpts = tmp_path / "out" / "adamw-s0" / "checkpoints"
     os.remove(tmp_path / "out" / "adamw-s0" / "result.json")  # unfinished: resumed from its checkpoints

@@ -1,6 +1,7 @@
 """Packaging: the wheel builds from a copy of the sources, carries ``py.typed`` and the version of
 ``spectrakit.__version__``, installs into a fresh virtual environment and imports from there (not from the
-source tree), with a working ``spectrakit`` console script and a SPECTRA step.
+source tree), with a working ``spectrakit`` console script and a SPECTRA step; importing the package leaves
+torch's thread count alone (that fresh interpreter is the one that checks it).
 
 The fresh environment sees the dependencies (torch, numpy, ...) of the interpreter running the tests, whatever
 it is (the system's, or a user's own virtual environment): a ``.pth`` file lists that interpreter's
@@ -10,6 +11,7 @@ which a user's virtual environment does not have."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,12 @@ import spectrakit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHECK = """
-import os, runpy, sys, torch, spectrakit
+import os, runpy, sys, torch
+# importing spectrakit leaves torch's thread count alone (the command line sets it, a library never does)
+torch.set_num_threads(3)
+import spectrakit, spectrakit.optim, spectrakit.linalg, spectrakit.train
+assert torch.get_num_threads() == 3, torch.get_num_threads()
+torch.set_num_threads(1)
 from spectrakit.optim import SpectraAdamW, param_groups
 assert spectrakit.__file__.startswith(sys.prefix), spectrakit.__file__
 m = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10))
@@ -42,6 +49,11 @@ try:
     runpy.run_path(script, run_name="__main__")
 except SystemExit as e:
     assert not e.code, e.code
+"""
+
+BUILD = """
+import importlib, sys
+print(importlib.import_module(sys.argv[1]).build_wheel(sys.argv[2]))
 """
 
 
@@ -71,9 +83,10 @@ def test_wheel_builds_installs_and_imports(tmp_path):
     shutil.copytree(os.path.join(ROOT, "spectrakit"), src / "spectrakit",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     dist = tmp_path / "dist"
-    quiet = ["-q", "--disable-pip-version-check", "--no-input"]  # no look-up of pip's newest version online
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", *quiet,
-                    "-w", str(dist)], check=True, cwd=tmp_path)
+    # the build backend that pyproject.toml names, called as pip calls it without build isolation (PEP 517
+    # build_wheel in a fresh interpreter, in the source folder), without pip's own start-up and resolver
+    backend = re.search(r'^build-backend = "(.+)"', (src / "pyproject.toml").read_text(), re.M).group(1)
+    subprocess.run([sys.executable, "-c", BUILD, backend, str(dist)], check=True, cwd=src, capture_output=True)
     (wheel,) = dist.glob("spectrakit-*.whl")
     assert wheel.name.startswith(f"spectrakit-{spectrakit.__version__}-")
     names = zipfile.ZipFile(wheel).namelist()
@@ -89,7 +102,9 @@ def test_wheel_builds_installs_and_imports(tmp_path):
     _see_running_site_packages(py)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
     # the running interpreter's pip installs into the new environment (pip is not in it: --without-pip)
-    subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", "--no-deps", *quiet, str(wheel)],
+    # (--no-compile: the check below imports the installed modules once; no index or resolver is consulted)
+    quiet = ["-q", "--disable-pip-version-check", "--no-input", "--no-compile", "--no-deps", "--no-index"]
+    subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", *quiet, str(wheel)],
                    check=True, env=env, cwd=tmp_path)
     out = subprocess.run([py, "-c", CHECK], check=True, env=env, cwd=tmp_path, capture_output=True, text=True)
     version, help_text = out.stdout.split("\n", 1)

@@ -216,9 +216,10 @@ def _plane_wave_start(W: torch.Tensor, n: tuple[int, ...]) -> torch.Tensor:
     convolution, close to the zero-padded one, so power iteration starts near the answer."""
     L, ci, d = W.shape[0], W.shape[2], len(n)
     Kf = _fft_kernel(W, n)                                               # (L, F, co, ci)
-    _, S, Vh = torch.linalg.svd(Kf)
-    best = S[..., 0].argmax(-1)                                          # (L,)
-    v = Vh[torch.arange(L, device=W.device), best, 0].conj()             # (L, ci)
+    best = torch.linalg.svdvals(Kf)[..., 0].argmax(-1)                   # (L,)
+    # singular vectors of the chosen frequency only (a full SVD at every frequency cost 2.5x more)
+    _, _, Vh = torch.linalg.svd(Kf[torch.arange(L, device=W.device), best], full_matrices=False)
+    v = Vh[:, 0].conj()                                                  # (L, ci)
     shape = list(n[:-1]) + [n[-1] // 2 + 1]
     phase = torch.zeros(L, *n, dtype=W.dtype, device=W.device)
     rem = best

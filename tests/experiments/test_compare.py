@@ -4,7 +4,6 @@ results and plots, `spectrakit plot` on its run folders, option errors."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -48,13 +47,15 @@ def test_same_seed_same_data_gives_identical_runs_for_equivalent_optimizers(tmp_
 
 
 def test_cli_writes_table_json_and_plots(tmp_path, capsys, monkeypatch, quick_plots):
-    drawn = []  # the figures after each run; the final report reuses the last run's (same rows)
+    # the figures are built from the results after each run (the final report reuses the last run's: same
+    # rows), not rendered: test_plots_readable.py renders the comparison's figures, and
+    # test_plot_runs_renders_every_figure below those of `spectrakit plot`
+    drawn = []
     real_plot = cmp.plot
 
-    def plot(rows, *args, **kwargs):  # rendered with both runs; after the first run alone only built
+    def plot(rows, *args, **kwargs):
         drawn.append(len(rows))
-        with quick_plots() if len(rows) == 2 else contextlib.nullcontext():
-            return real_plot(rows, *args, **kwargs)
+        return real_plot(rows, *args, **kwargs)
 
     monkeypatch.setattr(cmp, "plot", plot)
     parser = argparse.ArgumentParser()
@@ -124,13 +125,43 @@ def test_cli_writes_table_json_and_plots(tmp_path, capsys, monkeypatch, quick_pl
         "adamw-s1/noise.jsonl",
     ):
         assert os.path.exists(os.path.join(out, f)), f
-    with quick_plots():
-        written = plots.plot_runs(
-            [os.path.join(out, "adamw-s1"), os.path.join(out, "spectra-adamw-s1")], str(tmp_path / "plots")
-        )
+    # `spectrakit plot` reads every log of these run folders (its figures built, not rendered: rendering all
+    # layers' spectra took 5 s of CPU)
+    written = plots.plot_runs(
+        [os.path.join(out, "adamw-s1"), os.path.join(out, "spectra-adamw-s1")], str(tmp_path / "plots")
+    )
     assert [os.path.basename(p) for p in written] == ["loss.png", "norms.png", "spectra.png", "noise.png"]
-    assert all(os.path.getsize(p) > 1000 for p in written)
-    assert all(os.path.getsize(os.path.join(out, f)) > 1000 for f in ("loss_curves.png", "weight_norms.png"))
+    assert all(os.path.exists(p) for p in written)
+    assert all(os.path.exists(os.path.join(out, f)) for f in ("loss_curves.png", "weight_norms.png"))
+
+
+def _write_jsonl(path, rows):
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+def test_plot_runs_renders_every_figure(tmp_path):
+    """The four figures of `spectrakit plot`, rendered to PNG, from two run folders with the records the
+    training loop and its diagnostics write (one layer each: a figure's cost grows with its panels)."""
+    runs = []
+    for k, name in enumerate(("adamw-s0", "spectra-adamw-s0")):
+        d = tmp_path / name
+        d.mkdir()
+        _write_jsonl(d / "metrics.jsonl", [{"step": s, "loss": 5.0 - s / 4 - k} for s in (1, 2, 3)]
+                     + [{"step": 3, "val_loss": 4.5 - k, "val_ppl": math.exp(4.5 - k)}])
+        _write_jsonl(d / "diagnostics.jsonl", [dict(step=s, agg_linf=0.1 * s, agg_fro=16.0 + s, max_weight_sn=1.0 + s,
+                                                    max_update_sn=10.0 ** (2 - s)) for s in (0, 1, 2)])
+        _write_jsonl(d / "spectra.jsonl", [dict(step=s, layer="embed.weight", kind=kind, sv=[4.0, 1.0, 1e-3, 1e-8])
+                                           for s in (0, 2) for kind in ("grad", "update")])
+        _write_jsonl(d / "noise.jsonl", [dict(step=2, sample=i, layer="embed.weight", signal_sn=0.3,
+                                              noise_sv=[0.3, 0.05], ratio=1.0 + i / 10, d_spec=0.99,
+                                              d_chord=0.5 + i / 10) for i in range(3)])
+        runs.append(str(d))
+    written = plots.plot_runs(runs, str(tmp_path / "plots"))
+    assert [os.path.basename(p) for p in written] == ["loss.png", "norms.png", "spectra.png", "noise.png"]
+    for p in written:
+        with open(p, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(p) > 1000, p
 
 
 @pytest.mark.parametrize(

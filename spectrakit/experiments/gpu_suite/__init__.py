@@ -23,11 +23,12 @@ import datetime
 import importlib
 import time
 import traceback
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .report import environment_info, write_report
+
+if TYPE_CHECKING:  # (imported where a stage runs: the command's options need no torch)
+    import torch
 
 # stage name -> module (in run order)
 STAGES: dict[str, str] = {
@@ -98,6 +99,8 @@ def run_stage(name: str, ctx: Context) -> dict[str, Any]:
                      traceback="".join(traceback.format_exc().splitlines(True)[-12:]))
     finally:
         if ctx.cuda:
+            import torch
+
             torch.cuda.empty_cache()
     entry["seconds"] = round(ctx.elapsed(), 2)
     return entry
@@ -108,6 +111,8 @@ def run_suite(stages, *, device: str | torch.device, tiny: bool, out: str, budge
     """Run ``stages`` (names of :data:`STAGES`, in the given order), writing ``out/report.json`` and
     ``out/REPORT.md`` after each; entries of stages not run now are kept from an earlier report. Returns
     the report."""
+    import torch
+
     dev = torch.device(device)
     env = environment_info(dev)
     env["command"] = command

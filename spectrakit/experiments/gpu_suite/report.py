@@ -9,11 +9,12 @@ import os
 import platform
 import shutil
 import subprocess
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from spectrakit.experiments.io import environment, markdown_table
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _driver_version() -> str:
@@ -32,6 +33,8 @@ def _driver_version() -> str:
 
 def environment_info(device: torch.device) -> dict[str, str]:
     """Device name (and memory on CUDA), driver/CUDA/cuDNN/torch/Python versions, host and UTC date."""
+    import torch
+
     base = environment()
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
