@@ -131,9 +131,11 @@ def test_compare_on_a_full_disk_prints_one_line(tmp_path, tmp_path_factory, monk
     monkeypatch.setenv("SPECTRAKIT_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
     _fill_disk(monkeypatch, 1000, only="state.pt", after=1)
     out = tmp_path / "out"
-    code = main(["compare", "--optimizers", "adamw", "--tokenizer", "bytes", "--steps", "20", "--batch-size", "2",
-                 "--seq-len", "16", "--eval-every", "20", "--eval-tokens", "64", "--ckpt-every", "10", "--quiet",
-                 "--threads", "1", "--out", str(out)])
+    # the nano model, diagnostics at the end only: the property is the save's, not the model's (checkpoints
+    # fall on logged steps, every 10 at most: 20 steps for two of them)
+    code = main(["compare", "--optimizers", "adamw", "--preset", "nano", "--tokenizer", "bytes", "--steps", "20",
+                 "--batch-size", "2", "--seq-len", "16", "--eval-every", "20", "--eval-tokens", "64", "--diag-every",
+                 "20", "--ckpt-every", "10", "--quiet", "--threads", "1", "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1, err
     assert err[0].startswith(f"error: no space left on device: {out}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -34,12 +35,23 @@ def _load(path, **kw):
     return state["step"], float(m.weight[0, 0].detach())
 
 
-@pytest.fixture
-def run(tmp_path):
-    """A run folder with complete checkpoints of steps 1 and 2; returns (root, newest step folder)."""
-    root = tmp_path / "run"
+@pytest.fixture(scope="module")
+def _saved_run(tmp_path_factory):
+    """The run folder of ``run``, saved once for the module (two saves with their fsyncs were most of each
+    test's time)."""
+    root = tmp_path_factory.mktemp("saved") / "run"
     _save(root, 1)
-    return root, _save(root, 2)
+    return root, os.path.basename(_save(root, 2))
+
+
+@pytest.fixture
+def run(tmp_path, _saved_run):
+    """A run folder with complete checkpoints of steps 1 and 2 (a copy of one saved by ``checkpoint.save``,
+    whose ``latest`` pointer and manifests are relative to the folder); returns (root, newest step folder)."""
+    saved, newest = _saved_run
+    root = tmp_path / "run"
+    shutil.copytree(saved, root, symlinks=True)
+    return root, str(root / newest)
 
 
 def _manifest(step_dir) -> dict:

@@ -25,12 +25,13 @@ def test_data_split_and_labels():
 
 @pytest.mark.parametrize("dualizer", list(gk.DUALIZER_RUNS))
 def test_training_stays_in_ball_and_fits(dualizer):
-    r = gk.train_grokking(dualizer, width=16, lr=0.1, max_steps=6, log_every=2)
+    r = gk.train_grokking(dualizer, width=16, lr=0.1, max_steps=4, log_every=2)  # loss 3.420 -> 3.385
     assert r["curve"][-1]["loss"] < r["curve"][0]["loss"]
-    assert len(r["deltas"]) == 6 and r["mean_weight_delta"] > 0
+    assert len(r["deltas"]) == 4 and r["mean_weight_delta"] > 0
 
 
-def test_main_writes_table_and_plot(tmp_path):
+def test_main_writes_table_and_plot(tmp_path, quick_plots):
+    """The figure is built, not rendered (``quick_plots``): test_plots_readable.py renders it."""
     parser = argparse.ArgumentParser()
     gk.add_arguments(parser)
     args = parser.parse_args(["--dualizers", "naive", "pdhg", "--width", "8", "--max-steps", "3"])
@@ -38,6 +39,6 @@ def test_main_writes_table_and_plot(tmp_path):
     assert gk.main(args) == 0
     data = json.load(open(os.path.join(tmp_path, "results.json")))
     assert [r["dualizer"] for r in data["rows"]] == ["naive", "pdhg"]
-    assert os.path.getsize(os.path.join(tmp_path, "grokking.png")) > 0
+    assert os.path.exists(os.path.join(tmp_path, "grokking.png"))
     with pytest.raises(ValueError, match="dualizer"):
         gk.train_grokking("adam", max_steps=1)
