@@ -224,10 +224,6 @@ def test_inplace_form_overwrites_and_allocates_no_full_size_temporary():
     """Peak extra memory: the batch's Gram matrices (W is built in their storage), the eigenvectors of one
     matrix, two blocks."""
     gen = torch.Generator().manual_seed(14)
-    # the first profiler session of a process imports its own modules (tracemalloc saw 68 MB, and tracing the
-    # imports took 8.7 s against 1.8 s untraced): one untraced session first, so the figures do not depend on
-    # which test ran first
-    cpu_peak_extra_bytes(lambda: None, python=False)
     for shape in ((2, 48, 4096), (2, 4096, 48), (3, 256, 512), (3, 512, 256)):
         x = torch.randn(*shape, generator=gen)
         ref = spectral_lmo(x, "schatten", b=0.3, radius=2.0, p=3.0)
