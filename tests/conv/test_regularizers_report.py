@@ -27,7 +27,9 @@ def _model():
 def test_regularizer_values_and_grad(kind):
     torch.manual_seed(0)
     model = _model()
-    reg = ConvRegularizer(model, 0.5, kind=kind, cold_iters=200)
+    # 60 cold iterations: the penalty within 1.8e-6 (f4), 1.5e-15 (the others) of the direct bounds (measured;
+    # tolerance 2e-3)
+    reg = ConvRegularizer(model, 0.5, kind=kind, cold_iters=60)
     pen = reg()
     pen.backward()
     expected = 0.0
