@@ -62,7 +62,8 @@ class Work:
 
     ``u``: list of ``B`` tensors shaped like the parameters, views of ``buf`` (a stacked ``(B, m, n)``
     tensor when ``stacked``, else a flat concatenation), or, in a step traced by ``torch.compile``, separate
-    tensors (``buf`` None; every operation then is a ``torch._foreach_*`` call over ``u``). ``per_tensor``: use per-tensor kernels instead of
+    tensors (``buf`` None; every operation then is a ``torch._foreach_*`` call over ``u``).
+    ``per_tensor``: use per-tensor kernels instead of
     ``torch._foreach_*`` (True on CPU, see the module docstring).
 
     ``load``/``store`` (CPU, bases with ``chains = True`` only): the optimizer may defer the load of
