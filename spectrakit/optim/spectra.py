@@ -29,7 +29,8 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
    :mod:`spectrakit.optim.bases`; for an identity post-transform it also applies ``-lr alpha ok``). On CPU
    a chaining base (AdamW) runs the whole element-wise pipeline tensor by tensor (grad copy, moments,
    direction and, for ``post="none"``, the parameter update of step 5), so each tensor stays in cache
-   (:class:`~spectrakit.optim.bases.Work`);
+   (:class:`~spectrakit.optim.bases.Work`). While ``torch.compile`` traces the step, every device takes the
+   multi-tensor form over one work tensor per parameter instead (:func:`_traced_foreach`);
 4. :meth:`Spectra._post_transform_groups` post-transforms the stacked batches, one call per batch
    (a distributed subclass overrides this method to shard each batch across ranks; not called for
    ``post="none"``); the matrix pre-clip (``pre_c``) goes through :meth:`Spectra._pre_transform_groups`,
