@@ -142,3 +142,27 @@ def test_traced_step_equals_eager_bf16_parameters(path):
     for p, q in zip(ps, qs):
         assert torch.equal(p, q)
         assert torch.equal(opt.state[p]["exp_avg_sq"], ref.state[q]["exp_avg_sq"])
+
+
+@pytest.mark.parametrize("options", [dict(vector_clip=True), dict(post="none", vector_clip=True), dict(pre_c=5.0),
+                                     dict(c=float("inf")), dict(check_finite=False)],
+                         ids=["vector_clip", "vector_clip_only", "pre_clip", "no_clip", "unchecked"])
+def test_traced_options_equal_eager_bitwise(options, path):
+    """The other branches of the traced step (vector clip with and without a matrix post-transform, the pre-clip,
+    which keeps the joint buffer, an identity post-transform, unchecked gradients)."""
+    gen = torch.Generator().manual_seed(1)
+    init = [torch.randn(s, generator=gen) for s in SHAPES]
+    ps, qs = ([torch.nn.Parameter(x.clone()) for x in init] for _ in range(2))
+    opt, ref = O.SpectraAdamW(ps, lr=1e-2, **options), O.SpectraAdamW(qs, lr=1e-2, **options)
+    dynamo.reset()
+    step = torch.compile(opt.step, backend="aot_eager")
+    for i in range(3):
+        gs = [torch.randn(s, generator=gen) for s in SHAPES]
+        if i == 1 and options.get("check_finite", True):
+            gs[0][0, 0] = float("nan")
+        for p, q, g in zip(ps, qs, gs):
+            p.grad, q.grad = g.clone(), g.clone()
+        step()
+        ref.step()
+    for p, q in zip(ps, qs):
+        assert torch.equal(p, q)
