@@ -167,8 +167,8 @@ def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight,
     overload and calls it as an opaque kernel (a fusion barrier per tensor and call; measured: 2 such calls
     per parameter of a traced AdamW step). With ``bound < 0.5``, ``t <- t + (e - t) weight`` as one
     ``addcmul_`` (``lerp``'s formula for ``|weight| < 0.5``, fused multiply-add as the CPU kernel of ``lerp``:
-    the same bits, tested), two element-wise nodes per tensor; otherwise ``lerp_`` (which inductor
-    decomposes into both of ``lerp``'s formulas and a select).
+    the same bits on the CPU, tested; on CUDA ``lerp`` may round once less), two element-wise nodes per
+    tensor; otherwise ``lerp_`` (which inductor decomposes into both of ``lerp``'s formulas and a select).
     """
     weights = weight if isinstance(weight, list) else [weight] * len(targets)
     if torch.compiler.is_compiling():
