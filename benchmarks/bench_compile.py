@@ -1,13 +1,19 @@
 """First ``torch.compile`` (inductor) of ``opt.step``: compile time, recompiles, compiled and eager step.
 
-Usage: ``python benchmarks/bench_compile.py [--device cuda] [--width 256] [--budget 300]``
+Usage: ``python benchmarks/bench_compile.py [--device cuda] [--width 256] [--budget 300] [--names A,B]
+[--multi-tensor]``
 
 Each optimizer (torch AdamW foreach, SpectraAdamW, SpectraSignum, Muon, torch.optim.Muon) runs in a fresh
 process with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder), on the 2-layer LLaMA
 parameter set of ``bench_optim.width_shapes(width)`` (the Muons on its matrices: ``torch.optim.Muon`` takes
 matrices only); one line each: the first call's time (the compile), the second call's, ``unique_graphs`` after
 the first call and after calls 2-4 (a recompile if it grew), and the median of 20 compiled and 20 eager steps
-(CUDA-synchronised on a GPU). Optimizers not started within ``--budget`` seconds are skipped. Results:
+(CUDA-synchronised on a GPU), the first call's CPU seconds (this process and its compiler subprocesses: less
+sensitive to a shared machine's load than the wall time), inductor's generated kernel count
+(``torch._inductor.metrics.generated_kernel_count``) and the nodes of the traced graph. ``--names`` picks some of
+the optimizers (comma-separated, e.g. ``"torch AdamW,SpectraAdamW"``); ``--multi-tensor`` makes the spectrakit
+optimizers take the multi-tensor code path (CUDA's) on the CPU as well, to study it there. Optimizers not
+started within ``--budget`` seconds are skipped. Results:
 docs/BENCHMARKS.md ("Compile-first", "H100 results").
 """
 import argparse
@@ -37,9 +43,16 @@ def make(name, ps):
     return getattr(O, name)(ps, lr=1e-3)
 
 
-def one(name, device, width):
+def one(name, device, width, multi_tensor=False):
     import torch
+    import torch._inductor.metrics as metrics
     from torch._dynamo.utils import counters
+    from torch._inductor.compile_fx import compile_fx
+
+    if multi_tensor:
+        from spectrakit.optim.spectra import Spectra
+
+        Spectra._per_tensor = staticmethod(lambda device: False)
 
     sys.path.insert(0, ROOT)
     from benchmarks.bench_optim import width_shapes
@@ -64,12 +77,20 @@ def one(name, device, width):
         return ps
 
     opt, ref = make(name, params()), make(name, params())
-    step = torch.compile(opt.step)
+    nodes = []
+
+    def inductor(gm, example_inputs):  # inductor, after counting the traced graph's nodes
+        nodes.append(sum(1 for n in gm.graph.nodes if n.op == "call_function"))
+        return compile_fx(gm, example_inputs)
+
+    step = torch.compile(opt.step, backend=inductor)
     sync()
-    t = time.perf_counter()
+    t, c0 = time.perf_counter(), os.times()
     step()
     sync()
-    first = time.perf_counter() - t
+    first, c1 = time.perf_counter() - t, os.times()
+    cpu = sum(c1[:4]) - sum(c0[:4])  # user + system, with the compiler subprocesses waited for
+    kernels = metrics.generated_kernel_count
     g1 = counters["stats"]["unique_graphs"]
     t = time.perf_counter()
     step()
@@ -92,7 +113,9 @@ def one(name, device, width):
         return statistics.median(xs)
 
     ce, ee = med(step), med(ref.step)
-    print(f"{name:14s} device {device} d={width}: first compile {first:.1f} s, 2nd call {second:.3f} s, "
+    print(f"{name:14s} device {device} d={width}{' multi-tensor' if multi_tensor else ''}: first compile "
+          f"{first:.1f} s (CPU {cpu:.1f} s, {kernels} kernels, {'+'.join(map(str, nodes))} graph nodes), "
+          f"2nd call {second:.3f} s, "
           f"unique_graphs {g1} after call 1, {g4} after calls 2-4 ({'recompiled' if g4 > g1 else 'no recompile'}), "
           f"compiled {ce:.3f} ms, eager {ee:.3f} ms, compiled/eager {ce / ee:.2f}", flush=True)
 
@@ -102,17 +125,26 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--budget", type=float, default=300.0)
+    ap.add_argument("--names", default=",".join(NAMES), help="comma-separated, among: " + ", ".join(NAMES))
+    ap.add_argument("--multi-tensor", action="store_true",
+                    help="spectrakit optimizers take the multi-tensor (CUDA) code path on the CPU too")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    names = [n.strip() for n in a.names.split(",") if n.strip()]
+    unknown = [n for n in names if n not in NAMES]
+    if unknown or not names:
+        ap.error(f"--names: unknown {unknown or names}; accepted: {', '.join(NAMES)}")
     if a.one:
-        one(a.one, a.device, a.width)
+        one(a.one, a.device, a.width, a.multi_tensor)
         return
     import torch
 
     where = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"
-    print(f"torch {torch.__version__}, {where}, threads {torch.get_num_threads()}", flush=True)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"torch {torch.__version__}, {where}, threads {torch.get_num_threads()}, "
+          f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load average {load}", flush=True)
     start = time.time()
-    for name in NAMES:
+    for name in names:
         if time.time() - start > a.budget:
             print(f"{name}: skipped (over {a.budget:.0f} s)", flush=True)
             continue
@@ -121,7 +153,8 @@ def main():
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, PYTHONPATH=path)
         try:
             left = max(10.0, a.budget + 50 - (time.time() - start))
-            r = subprocess.run([sys.executable, __file__, "--one", name, "--device", a.device, "--width", str(a.width)],
+            cmd = [sys.executable, __file__, "--one", name, "--device", a.device, "--width", str(a.width)]
+            r = subprocess.run(cmd + (["--multi-tensor"] if a.multi_tensor else []),
                                env=env, capture_output=True, text=True, timeout=left)
             lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
             print(lines[-1] if r.returncode == 0 and lines else f"{name}: failed rc={r.returncode}: {r.stderr[-600:]}",
@@ -130,7 +163,8 @@ def main():
             print(f"{name}: timed out", flush=True)
         finally:
             shutil.rmtree(cache, ignore_errors=True)
-    print(f"total {time.time() - start:.0f} s", flush=True)
+    print(f"total {time.time() - start:.0f} s, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
+          flush=True)
 
 
 if __name__ == "__main__":

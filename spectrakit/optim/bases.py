@@ -61,7 +61,9 @@ class Work:
     """The work tensors of one batch of ``B`` parameters.
 
     ``u``: list of ``B`` tensors shaped like the parameters, views of ``buf`` (a stacked ``(B, m, n)``
-    tensor when ``stacked``, else a flat concatenation). ``per_tensor``: use per-tensor kernels instead of
+    tensor when ``stacked``, else a flat concatenation), or, in a step traced by ``torch.compile``, separate
+    tensors (``buf`` None; every operation then is a ``torch._foreach_*`` call over ``u``).
+    ``per_tensor``: use per-tensor kernels instead of
     ``torch._foreach_*`` (True on CPU, see the module docstring).
 
     ``load``/``store`` (CPU, bases with ``chains = True`` only): the optimizer may defer the load of
@@ -122,12 +124,23 @@ class Work:
         return self._load is not None or self._store is not None
 
     def _apply(self, f: torch.Tensor, op: str) -> None:
-        if f.ndim == 0:
+        if self.buf is None:  # separate work tensors (a traced step)
+            getattr(torch, f"_foreach_{op}")(self.u, f if f.ndim == 0 else list(f.unbind(0)))
+        elif f.ndim == 0:
             getattr(self.buf, op)(f)
         elif self.stacked:
             getattr(self.buf, op)(f.view(-1, *([1] * (self.buf.ndim - 1))))
         else:
             getattr(torch, f"_foreach_{op}")(self.u, list(f.unbind(0)))
+
+    def unary_(self, op: str, *args) -> None:
+        """``u[i] <- op(u[i], *args)`` for every ``i`` (``op`` an in-place tensor method name such as
+        ``"sqrt_"``): one kernel on the joint buffer, or one ``torch._foreach_*`` call over the separate work
+        tensors of a traced step (``buf`` None)."""
+        if self.buf is None:
+            getattr(torch, f"_foreach_{op}")(self.u, *args)
+        else:
+            getattr(self.buf, op)(*args)
 
     def mul_(self, f: torch.Tensor) -> None:
         """``u[i] <- u[i] * f[i]`` for a ``(B,)`` tensor ``f`` (a 0-d ``f`` multiplies every ``u[i]``)."""
@@ -140,16 +153,32 @@ class Work:
     def scale_(self, scale: torch.Tensor | None) -> None:
         """``u <- scale * u`` unless ``scale`` is None."""
         if scale is not None:
-            self.buf.mul_(scale)
+            self.unary_("mul_", scale)
 
 
-def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight: torch.Tensor) -> None:
-    """``t <- t + weight (e - t)`` for every pair, with a 0-d tensor ``weight`` kept on the device.
+def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight, bound: float = 1.0) -> None:
+    """``t <- t + weight (e - t)`` for every pair, with a 0-d tensor ``weight`` kept on the device (or a list
+    of 0-d tensors, one per pair); ``bound``: an upper bound of ``|weight|`` known on the host (e.g. ``1 - b``
+    for ``weight = (1 - b) ok``).
 
     ``torch._foreach_lerp_(targets, ends, weight)`` would pick the ``Scalar`` overload and read ``weight`` on
-    the host (a sync on CUDA); the ``List`` overload with one 0-d weight per tensor does not.
+    the host (a sync on CUDA); the ``List`` overload with one 0-d weight per tensor does not. While
+    ``torch.compile`` traces the step, per-tensor operations instead: inductor has no lowering for the ``List``
+    overload and calls it as an opaque kernel (a fusion barrier per tensor and call; measured: 2 such calls
+    per parameter of a traced AdamW step). With ``bound < 0.5``, ``t <- t + (e - t) weight`` as one
+    ``addcmul_`` (``lerp``'s formula for ``|weight| < 0.5``, fused multiply-add as the CPU kernel of ``lerp``:
+    the same bits on the CPU, tested; on CUDA ``lerp`` may round once less), two element-wise nodes per
+    tensor; otherwise ``lerp_`` (which inductor decomposes into both of ``lerp``'s formulas and a select).
     """
-    torch._foreach_lerp_(targets, ends, [weight] * len(targets))
+    weights = weight if isinstance(weight, list) else [weight] * len(targets)
+    if torch.compiler.is_compiling():
+        for t, e, wt in zip(targets, ends, weights):
+            if bound < 0.5:
+                t.addcmul_(e - t, wt)
+            else:
+                t.lerp_(e, wt)
+        return
+    torch._foreach_lerp_(targets, ends, weights)
 
 
 def advance_steps(states: list[dict], ok: torch.Tensor) -> torch.Tensor:
@@ -215,14 +244,17 @@ def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
 
         w.each(body, m, v, r.unbind(0), c.unbind(0))
         return
-    foreach_lerp_(m, u, w1)
-    buf.mul_(buf)
-    foreach_lerp_(v, u, w2)
+    foreach_lerp_(m, u, w1, 1 - b1)
+    if buf is None:  # separate work tensors (a traced step)
+        torch._foreach_mul_(u, u)
+    else:
+        buf.mul_(buf)
+    foreach_lerp_(v, u, w2, 1 - b2)
     torch._foreach_copy_(u, v)
-    buf.sqrt_()
+    w.unary_("sqrt_")
     w.mul_(r)
-    buf.add_(eps)
-    buf.reciprocal_()
+    w.unary_("add_", eps)
+    w.unary_("reciprocal_")
     torch._foreach_mul_(u, m)
     w.mul_(c)
     w.scale_(scale)
@@ -271,7 +303,7 @@ class Signum:
 
             w.each(body, m, scale=scale if fused else None)
             return
-        foreach_lerp_(m, u, wt)
+        foreach_lerp_(m, u, wt, 1 - b)
         if group["nesterov"]:
             torch._foreach_lerp_(u, m, b)
         else:
@@ -384,7 +416,7 @@ class Lion:
             w.each(body, m, scale=scale if fused else None)
             return
         interp = torch._foreach_lerp(u, m, b1)
-        foreach_lerp_(m, u, wt)
+        foreach_lerp_(m, u, wt, 1 - b2)
         torch._foreach_sign_(interp)
         torch._foreach_copy_(u, interp)
         w.scale_(scale)
@@ -441,10 +473,10 @@ class AdEMAMix:
         m1 = [s["exp_avg"] for s in states]
         m2 = [s["exp_avg_slow"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
-        foreach_lerp_(m1, u, (1 - b1) * ok)
-        torch._foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)))
+        foreach_lerp_(m1, u, (1 - b1) * ok, 1 - b1)
+        foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)))
         torch._foreach_mul_(u, u)
-        foreach_lerp_(v, u, (1 - b2) * ok)
+        foreach_lerp_(v, u, (1 - b2) * ok, 1 - b2)
         torch._foreach_copy_(u, v)  # u <- 1 / (sqrt(v_hat) + eps)
         torch._foreach_sqrt_(u)
         r, c = bias_corrections(t, b1, b2)

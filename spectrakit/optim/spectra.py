@@ -29,7 +29,8 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
    :mod:`spectrakit.optim.bases`; for an identity post-transform it also applies ``-lr alpha ok``). On CPU
    a chaining base (AdamW) runs the whole element-wise pipeline tensor by tensor (grad copy, moments,
    direction and, for ``post="none"``, the parameter update of step 5), so each tensor stays in cache
-   (:class:`~spectrakit.optim.bases.Work`);
+   (:class:`~spectrakit.optim.bases.Work`). While ``torch.compile`` traces the step, every device takes the
+   multi-tensor form over one work tensor per parameter instead (:func:`_traced_foreach`);
 4. :meth:`Spectra._post_transform_groups` post-transforms the stacked batches, one call per batch
    (a distributed subclass overrides this method to shard each batch across ranks; not called for
    ``post="none"``); the matrix pre-clip (``pre_c``) goes through :meth:`Spectra._pre_transform_groups`,
@@ -148,16 +149,16 @@ def _counter(value) -> torch.Tensor:
     return torch.as_tensor(value, dtype=torch.int64, device="cpu").detach().clone().reshape(())
 
 
-def _separate_work(group, base, per_tensor, pre_c_k, params, wdt, matrix: bool = False) -> bool:
-    """Whether a batch gets one work tensor per parameter instead of views of one buffer: only while
-    ``torch.compile`` traces the step, for a base that chains tensor by tensor (it never touches the joint
-    buffer) without pre-clip; a flat batch of an element-wise group (no post-transform, no vector clip), or a
-    ``matrix`` batch (stacked for its post-transform after the direction). Same arithmetic. Measured (inductor,
-    CPU, AdamW on 4 parameters): compiled step 13.2 ms with one buffer, 1.13 ms with separate tensors (eager
-    1-2.5 ms): after functionalization, each write to a view of the buffer is a copy of the whole buffer."""
-    return (torch.compiler.is_compiling() and per_tensor and getattr(base, "chains", False) and pre_c_k is None
-            and (matrix or (POST_TRANSFORMS[group["post"]] is None and not group["vector_clip"]))
-            and all(p.grad.dtype == wdt for p in params))
+def _traced_foreach(pre_c_k) -> bool:
+    """Whether a batch takes the traced form of the element-wise work: only while ``torch.compile`` traces the
+    step, without pre-clip (which transforms the joint buffer in place). Every device then uses the
+    multi-tensor (``torch._foreach_*``) form over one work tensor per parameter: ``where(ok, g, 0)`` of its
+    gradient (no views of one buffer: after functionalization each write to a view of a buffer is a copy of
+    the whole buffer), and no per-tensor chains (the CPU's eager form traces as a few nodes per parameter
+    and operation). Same floating-point operations per element as the eager step (bit-identical with
+    ``aot_eager``). Measured (inductor, CPU, 1 thread, SpectraAdamW on the 21 parameters of the width-16
+    2-layer LLaMA set): see docs/BENCHMARKS.md "Compile-first"."""
+    return torch.compiler.is_compiling() and pre_c_k is None
 
 
 def _nonzero(x) -> bool:
@@ -840,17 +841,16 @@ class Spectra(torch.optim.Optimizer):
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
             # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
             pdt = self._compute_dtype(group, dev, shape if kind == "matrix" else None)
-            per_tensor = self._per_tensor(dev)
+            traced = _traced_foreach(pre_c_k)
+            per_tensor = self._per_tensor(dev) and not traced
             ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
                     else ok.to(device=dev, dtype=wdt, non_blocking=True))
             grads = [p.grad for p in params]
-            if kind == "matrix" and not _separate_work(group, base, per_tensor, pre_c_k, params, wdt, True):
+            if traced:
+                buf, views = None, None  # one work tensor per parameter, made below
+            elif kind == "matrix":
                 buf = torch.empty((len(params), *shape), dtype=wdt, device=dev)
                 views = [v.view(p.shape) for v, p in zip(buf.unbind(0), params)]
-            elif _separate_work(group, base, per_tensor, pre_c_k, params, wdt, kind == "matrix"):
-                # traced: one work tensor per parameter (writes to views of one buffer are copies of the
-                # whole buffer after functionalization); the element-wise chain below never uses ``buf``
-                buf, views = None, [torch.empty(p.shape, dtype=wdt, device=dev) for p in params]
             else:
                 sizes = [p.numel() for p in params]
                 buf = torch.empty(sum(sizes), dtype=wdt, device=dev)
@@ -864,7 +864,9 @@ class Spectra(torch.optim.Optimizer):
             # the work copy is the gradient when the step is taken and 0 when it is skipped (ok = 0: non-finite or
             # huge entries), so that the cancelled update stays finite
             ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
-            if chain and all(g.dtype == wdt for g in grads) and getattr(base, "squares", True):
+            if traced:  # the eager multi-tensor form's copy and masked_fill, one node per parameter
+                views = [torch.where(ok_b, g.to(wdt), zero) for g in grads]
+            elif chain and all(g.dtype == wdt for g in grads) and getattr(base, "squares", True):
 
                 def load(i, views=views, grads=grads, ok_b=ok_b, zero=zero):
                     torch.where(ok_b, grads[i], zero, out=views[i])
@@ -991,7 +993,10 @@ class Spectra(torch.optim.Optimizer):
                 p.add_(d)
             return
         if scale is not None:
-            upd.mul_(scale)
+            if upd is None:  # traced: separate work tensors
+                torch._foreach_mul_(deltas, scale)
+            else:
+                upd.mul_(scale)
         if decay is not None:
             torch._foreach_mul_(params, decay)
         torch._foreach_add_(params, deltas)
