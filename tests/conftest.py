@@ -29,7 +29,7 @@ def pytest_configure(config):
     apply_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else None)
 
 
-# The costliest test files (>= 5 s), costliest first (per-file sums of a 2-process run, 2026-11-26 07:01 UTC).
+# The costliest test files (>= 4 s), costliest first (per-file sums of a 2-process run, 2026-11-26 09:37 UTC).
 # pytest-xdist hands whole files to its test processes in collection order (--dist loadfile
 # --no-loadscope-reorder in pyproject.toml; its default order, most tests first, put these few-test files last,
 # where one process ran them alone while the other idled): starting the long ones first keeps the processes
@@ -37,32 +37,35 @@ def pytest_configure(config):
 # order, and files not named here follow in collection order.
 LONGEST_FIRST = (
     "examples/test_examples.py",
+    "optim/test_compile_foreach.py",
     "optim/test_compile.py",
-    "experiments/test_compare.py",
     "distributed/test_optimizer.py",
-    "experiments/test_compare_resume.py",
-    "distributed/test_plain_presets.py",
-    "test_packaging.py",
-    "conv/test_table2.py",
+    "experiments/test_compare.py",
     "test_no_host_sync.py",
-    "train/test_parallel.py",
-    "test_gpu_suite.py",
-    "optim/test_spectra.py",
+    "test_packaging.py",
+    "distributed/test_plain_presets.py",
     "linalg/test_robustness.py",
-    "test_cli_signals.py",
-    "experiments/test_fw_family.py",
-    "manifold/test_dualizers.py",
-    "test_cli_errors.py",
-    "integrations/test_torchtitan_fsdp.py",
-    "experiments/test_stalled_rank.py",
-    "linalg/test_extremes.py",
-    "test_threads.py",
     "distributed/test_launch.py",
-    "experiments/test_run_folders.py",
+    "linalg/test_extremes.py",
     "conv/test_lipbound.py",
-    "test_cli_paths.py",
-    "experiments/test_xor_transfer.py",
+    "conv/test_table2.py",
+    "conv/test_tensor_norm.py",
+    "optim/test_bases.py",
+    "train/test_parallel.py",
+    "integrations/test_torchtitan_fsdp.py",
+    "conv/test_exact.py",
+    "optim/test_spectra.py",
+    "manifold/test_dualizers.py",
+    "experiments/test_compare_resume.py",
+    "linalg/test_lmo_gram.py",
+    "train/test_loop.py",
+    "experiments/test_stalled_rank.py",
+    "linalg/test_full_range.py",
     "linalg/test_hard_clip.py",
+    "optim/test_step_paths.py",
+    "linalg/test_lmo.py",
+    "linalg/test_soft_clip.py",
+    "experiments/test_run_folders.py",
 )
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 

@@ -27,9 +27,15 @@ PRESETS = ["SpectraAdamW", "SpectraSignum", "Muon", "Lion"]
 FOREACH_OPS = {"SpectraAdamW": 6, "SpectraSignum": 3, "Muon": 3, "Lion": 3}
 
 
-@pytest.fixture(params=["per_tensor", "multi_tensor"])
+PATHS = ["per_tensor", "multi_tensor"]
+# the CPU's own path of a compiled step is also checked against eager by tests/optim/test_compile.py: here
+# the default tier takes the multi-tensor path for the variants below, the soak tier both
+SOAK_PER_TENSOR = [pytest.param("per_tensor", marks=pytest.mark.soak), "multi_tensor"]
+
+
+@pytest.fixture
 def path(request, monkeypatch):
-    """The CPU's code path, or the multi-tensor one (CUDA's) forced on the CPU."""
+    """The CPU's code path, or the multi-tensor one (CUDA's) forced on the CPU (the test's ``path`` parameter)."""
     if request.param == "multi_tensor":
         monkeypatch.setattr(Spectra, "_per_tensor", staticmethod(lambda device: False))
     return request.param
@@ -48,16 +54,22 @@ def _make(name, dtype=torch.float32, seed=0):
     return pairs, grads
 
 
-def _aot_graph(opt):
-    """The forward graph after functionalization (aot_autograd) of the traced ``opt.step``."""
-    graphs = []
+def _aot_step(opt, graphs: list):
+    """``opt.step`` compiled as with ``aot_eager`` (the functionalized graph, run as traced), each forward graph
+    appended to ``graphs``."""
 
     def fw(gm, example_inputs):
         graphs.append(gm.graph)
         return gm.forward
 
     dynamo.reset()
-    torch.compile(opt.step, backend=aot_autograd(fw_compiler=fw))()
+    return torch.compile(opt.step, backend=aot_autograd(fw_compiler=fw))
+
+
+def _aot_graph(opt):
+    """The forward graph after functionalization (aot_autograd) of the traced ``opt.step``."""
+    graphs = []
+    _aot_step(opt, graphs)()
     assert len(graphs) == 1
     return graphs[0]
 
@@ -76,20 +88,8 @@ def _full_size_foreach(graph, shape) -> int:
     return count
 
 
-@pytest.mark.parametrize("name", PRESETS)
-def test_traced_step_is_multi_tensor_without_buffer_copies(name, path):
-    (ps, opt), _ = _make(name)[0]
-    for p in ps:
-        p.grad = torch.randn_like(p)
-    graph = _aot_graph(opt)
-    ops = collections.Counter(str(n.target) for n in graph.nodes if n.op == "call_function")
-    scatters = {k: v for k, v in ops.items() if "scatter" in k}
-    assert not scatters, f"writes into views of a shared buffer: {scatters}"
-    assert not any("_foreach_lerp.List" in k for k in ops), "an opaque _foreach_lerp (List) in the graph"
-    assert _full_size_foreach(graph, (16, 8)) >= FOREACH_OPS[name], dict(ops)
-
-
-@pytest.mark.parametrize("name", ["SpectraAdamW", "SpectraSignum"])
+@pytest.mark.parametrize("path", PATHS, indirect=True)
+@pytest.mark.parametrize("name", ["SpectraAdamW", pytest.param("SpectraSignum", marks=pytest.mark.soak)])
 def test_graph_grows_by_a_few_nodes_per_parameter(name, path):
     """Nodes of the functionalized graph per extra same-shape matrix (SpectraAdamW 23-25 in the traced form,
     28-29 before, with whole-buffer scatters; SpectraSignum 13-15, before 19-25): bounded, so that a longer
@@ -108,19 +108,44 @@ def test_graph_grows_by_a_few_nodes_per_parameter(name, path):
     assert per_param <= bound, per_param
 
 
-@pytest.mark.parametrize("name", ["SpectraAdamW", "SpectraSignum", "Muon", "Lion", "AdEMAMix", "MARS"])
+def _structure(graph, name):
+    ops = collections.Counter(str(n.target) for n in graph.nodes if n.op == "call_function")
+    scatters = {k: v for k, v in ops.items() if "scatter" in k}
+    assert not scatters, f"writes into views of a shared buffer: {scatters}"
+    assert not any("_foreach_lerp.List" in k for k in ops), "an opaque _foreach_lerp (List) in the graph"
+    if name in FOREACH_OPS:
+        assert _full_size_foreach(graph, (16, 8)) >= FOREACH_OPS[name], dict(ops)
+
+
+@pytest.mark.parametrize("path", PATHS, indirect=True)
+@pytest.mark.parametrize("name", PRESETS)
+def test_traced_step_is_multi_tensor_and_equals_eager_bitwise(name, path):
+    """One trace per preset and path: its functionalized graph (no whole-buffer scatters, no opaque
+    ``_foreach_lerp``, multi-tensor nodes over the batch of matrices), then four steps of it against eager
+    (two of them skipped), bit for bit, with no recompilation."""
+    _traced_equals_eager(name, structure=True)
+
+
+@pytest.mark.parametrize("path", SOAK_PER_TENSOR, indirect=True)
+@pytest.mark.parametrize("name", ["AdEMAMix", "MARS"])
 def test_traced_step_equals_eager_bitwise(name, path):
+    _traced_equals_eager(name)
+
+
+def _traced_equals_eager(name, structure=False):
     pairs, grads = _make(name)
     (ps, opt), (qs, ref) = pairs
-    dynamo.reset()
+    graphs = []
+    step = _aot_step(opt, graphs)
     counters.clear()
-    step = torch.compile(opt.step, backend="aot_eager")
     for gs in grads:
         for p, q, g in zip(ps, qs, gs):
             p.grad, q.grad = g.clone(), g.clone()
         step()
         ref.step()
     assert counters["stats"]["unique_graphs"] == 1  # no recompilation
+    if structure:
+        _structure(graphs[0], name)
     assert int(opt.skipped_steps) == int(ref.skipped_steps) == 2
     for p, q in zip(ps, qs):
         assert torch.equal(p, q)
@@ -128,6 +153,7 @@ def test_traced_step_equals_eager_bitwise(name, path):
             assert torch.equal(opt.state[p][key], value), key
 
 
+@pytest.mark.parametrize("path", SOAK_PER_TENSOR, indirect=True)
 def test_traced_step_equals_eager_bf16_parameters(path):
     """bf16 parameters (fp32 work tensors and states): the traced work copy converts as the eager one."""
     pairs, grads = _make("SpectraAdamW", dtype=torch.bfloat16)
@@ -147,6 +173,7 @@ def test_traced_step_equals_eager_bf16_parameters(path):
 @pytest.mark.parametrize("options", [dict(vector_clip=True), dict(post="none", vector_clip=True), dict(pre_c=5.0),
                                      dict(c=float("inf")), dict(check_finite=False)],
                          ids=["vector_clip", "vector_clip_only", "pre_clip", "no_clip", "unchecked"])
+@pytest.mark.parametrize("path", SOAK_PER_TENSOR, indirect=True)
 def test_traced_options_equal_eager_bitwise(options, path):
     """The other branches of the traced step (vector clip with and without a matrix post-transform, the pre-clip,
     which keeps the joint buffer, an identity post-transform, unchecked gradients)."""
