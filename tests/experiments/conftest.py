@@ -84,9 +84,9 @@ class CliProcess:
             self.process.join(30)
 
 
-# imported once by the fork server besides torch and spectrakit.distributed.launch: the comparison and
-# torch._dynamo, which torch.optim imports when the first optimizer is built (about 2 s of CPU)
-PRELOAD = ("spectrakit.experiments.compare", "torch._dynamo")
+# imported once by the fork server besides what the launcher preloads (torch, spectrakit.distributed.launch,
+# torch._dynamo): the comparison
+PRELOAD = ("spectrakit.experiments.compare",)
 CLI_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_process.py")
 
 
