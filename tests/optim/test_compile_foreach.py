@@ -54,6 +54,14 @@ def _make(name, dtype=torch.float32, seed=0):
     return pairs, grads
 
 
+def _step_both(step, ref, ps, qs, grads) -> None:
+    """One traced step (``step`` over ``ps``) and one eager step (``ref`` over ``qs``) on the same gradients."""
+    for p, q, g in zip(ps, qs, grads):
+        p.grad, q.grad = g.clone(), g.clone()
+    step()
+    ref.step()
+
+
 def _aot_step(opt, graphs: list):
     """``opt.step`` compiled as with ``aot_eager`` (the functionalized graph, run as traced), each forward graph
     appended to ``graphs``."""
@@ -139,10 +147,7 @@ def _traced_equals_eager(name, structure=False):
     step = _aot_step(opt, graphs)
     counters.clear()
     for gs in grads:
-        for p, q, g in zip(ps, qs, gs):
-            p.grad, q.grad = g.clone(), g.clone()
-        step()
-        ref.step()
+        _step_both(step, ref, ps, qs, gs)
     assert counters["stats"]["unique_graphs"] == 1  # no recompilation
     if structure:
         _structure(graphs[0], name)
@@ -161,10 +166,7 @@ def test_traced_step_equals_eager_bf16_parameters(path):
     dynamo.reset()
     step = torch.compile(opt.step, backend="aot_eager")
     for gs in grads:
-        for p, q, g in zip(ps, qs, gs):
-            p.grad, q.grad = g.clone(), g.clone()
-        step()
-        ref.step()
+        _step_both(step, ref, ps, qs, gs)
     for p, q in zip(ps, qs):
         assert torch.equal(p, q)
         assert torch.equal(opt.state[p]["exp_avg_sq"], ref.state[q]["exp_avg_sq"])
@@ -187,9 +189,6 @@ def test_traced_options_equal_eager_bitwise(options, path):
         gs = [torch.randn(s, generator=gen) for s in SHAPES]
         if i == 1 and options.get("check_finite", True):
             gs[0][0, 0] = float("nan")
-        for p, q, g in zip(ps, qs, gs):
-            p.grad, q.grad = g.clone(), g.clone()
-        step()
-        ref.step()
+        _step_both(step, ref, ps, qs, gs)
     for p, q in zip(ps, qs):
         assert torch.equal(p, q)
