@@ -50,10 +50,11 @@ parser.add_argument("--stop-after", type=int, default=None,
                     help="stop and checkpoint after this many steps (a preempted job); the schedule spans --steps")
 args = parser.parse_args()
 
-dist.init_process_group("gloo")  # "nccl" with one GPU per process (and the model/batches on that GPU)
-rank, world = dist.get_rank(), dist.get_world_size()
-if args.dp < 1 or args.tp < 1 or args.dp * args.tp != world:
+world = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun; checked before any rank joins the group,
+if args.dp < 1 or args.tp < 1 or args.dp * args.tp != world:  # so that every rank exits 2 on its own
     parser.error(f"--dp * --tp must equal the number of processes ({world}), got {args.dp} * {args.tp}")
+dist.init_process_group("gloo")  # "nccl" with one GPU per process (and the model/batches on that GPU)
+rank = dist.get_rank()
 mesh = init_device_mesh("cpu", (args.dp, args.tp), mesh_dim_names=("dp", "tp"))
 torch.manual_seed(0)  # the same initial weights on every rank before sharding
 data = prepare(args.corpus, "bytes", files=args.data_files) if rank == 0 else None

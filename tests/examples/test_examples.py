@@ -221,4 +221,5 @@ def test_fsdp2_tp_torchrun_resumes_on_another_mesh(data_env, tmp_path):
     assert "resumed from step 2" in second and "on 2x1 dp x tp" in second
     assert losses(first) + losses(second) == pytest.approx(losses(full), abs=1e-4)
     proc, codes = launch([*script, "--dp", "3", "--tp", "2"], env, 2)
-    assert codes == [2, 2] and "--dp * --tp must equal the number of processes (2), got 3 * 2" in proc.stderr
+    assert codes == [2, 2] and "--dp * --tp must equal the number of processes (2), got 3 * 2" in proc.stderr, (
+        codes, proc.stderr[-2000:])
