@@ -81,11 +81,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+# imported once by the fork server besides what the launcher preloads (torch, spectrakit.distributed.launch,
+# torch._dynamo): the comparison, which the CLI process tests (tests/experiments, ``cli_process``) run
+FORK_SERVER_PRELOAD = ("spectrakit.experiments.compare",)
+
+
 def pytest_collection_finish(session):
     """What exists once the tests are collected (torch, the test modules, their parameters: ~230 thousand
     objects) lives to the end: moved out of the garbage collector's reach (``gc.freeze``), the collections
     during the tests and the five full ones pytest runs at the end (to report unraisable exceptions; 6 s of
-    CPU per test process before) no longer walk it."""
+    CPU per test process before) no longer walk it.
+
+    If any collected test starts processes from the distributed launcher's fork server (``distributed``
+    marker, the ``cli_process`` fixture), the server is started now: it imports torch in the background
+    (about 5 s of CPU) while the first tests run, so that this once-per-process cost is not paid, waiting,
+    inside whichever test forks first. ``ensure_running`` returns at once."""
+    if any("distributed" in item.keywords or "cli_process" in getattr(item, "fixturenames", ())
+           for item in session.items):
+        from spectrakit.distributed.launch import _ensure_fork_server
+
+        _ensure_fork_server(FORK_SERVER_PRELOAD)
     gc.freeze()
 
 

@@ -84,9 +84,6 @@ class CliProcess:
             self.process.join(30)
 
 
-# imported once by the fork server besides what the launcher preloads (torch, spectrakit.distributed.launch,
-# torch._dynamo): the comparison
-PRELOAD = ("spectrakit.experiments.compare",)
 CLI_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_process.py")
 
 
@@ -99,8 +96,8 @@ def cli_process(tmp_path_factory):
     from spectrakit.distributed.launch import _ensure_fork_server
 
     # the fork server of the distributed launcher (one per process; the copy of spectrakit under test first on
-    # its PYTHONPATH), with the comparison preloaded when this fixture starts it
-    _ensure_fork_server(PRELOAD)
+    # its PYTHONPATH), started with the comparison preloaded once the tests were collected (tests/conftest.py)
+    _ensure_fork_server()
     ctx = multiprocessing.get_context("forkserver")
     folder = str(tmp_path_factory.mktemp("cli"))
     started: list[CliProcess] = []
