@@ -9,6 +9,12 @@ code from it (DCP itself unpickles its ``.metadata`` file freely).
 The preset notices the DTensor parameters and becomes ``spectrakit.distributed.sharded(SpectraAdamW)``: each
 matrix's spectral clip is computed once in the job on the gathered matrix, so the result equals single-process
 SPECTRA. The DCP checkpoint is sharded and can be resumed on another number of processes.
+
+``--compile`` compiles each transformer block's forward and backward with ``torch.compile`` (in place,
+before ``fully_shard``, so parameter names and checkpoints are those of the eager model; ``--compile-backend
+aot_eager`` compiles in seconds on a CPU). The sharded optimizer step stays eager: it is not traced
+(``torch.compile(opt.step)`` would run it eagerly, as torch does with its fused optimizers), and its matrix
+transforms are batched kernels either way.
 """
 
 import argparse
@@ -39,6 +45,9 @@ parser.add_argument("--ckpt", default=None, help="DCP checkpoint folder, written
 parser.add_argument("--resume", action="store_true", help="load --ckpt first and continue from its step")
 parser.add_argument("--stop-after", type=int, default=None,
                     help="stop and checkpoint after this many steps (a preempted job); the schedule spans --steps")
+parser.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
+parser.add_argument("--compile-backend", default="inductor",
+                    help="torch.compile backend with --compile (default inductor; aot_eager compiles fastest)")
 args = parser.parse_args()
 
 dist.init_process_group("gloo")  # "nccl" with one GPU per process (and the model/batches on that GPU)
@@ -50,6 +59,8 @@ data = data or prepare(args.corpus, "bytes", files=args.data_files)
 model = Llama(LlamaConfig(vocab_size=data.tokenizer.vocab_size, dim=64, n_layers=2, n_heads=4,
                           max_seq_len=args.seq_len))
 for block in model.blocks:
+    if args.compile:
+        block.compile(backend=args.compile_backend)  # in place: parameter names (and checkpoints) unchanged
     fully_shard(block)
 fully_shard(model)  # parameters are now Shard(0) DTensors
 

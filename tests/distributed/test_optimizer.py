@@ -65,6 +65,21 @@ def test_fsdp2_states_are_dtensors(optim_results, name):
     assert "DTensor" in optim_results[0][(name, "fsdp2", "state_types")]
 
 
+def test_compiled_step_runs_eagerly_with_the_same_numbers(optim_results):
+    """``torch.compile(opt.step)`` of a sharded optimizer over 4 steps: the step is not traced (it runs
+    eagerly, as torch's fused optimizers do): no graph, one skip at the step inside ``torch.optim``'s hook
+    wrapper, no recompilation, and the eager step's numbers bit for bit."""
+    for r in range(2):
+        eager = optim_results[r][("SpectraAdamW", "fsdp2")]
+        compiled = optim_results[r][("SpectraAdamW", "fsdp2", "compiled")]
+        assert all(torch.equal(compiled[n], eager[n]) for n in eager)
+        counters = optim_results[r]["compiled_counters"]
+        assert counters.get("stats", {}).get("unique_graphs", 0) == 0, counters
+        breaks = counters.get("graph_break", {})
+        assert sum(breaks.values()) == 1 and "ShardedSpectraMixin.step" in next(iter(breaks)), breaks
+        assert not counters.get("recompiles"), counters
+
+
 def test_hsdp_2d_mesh_matches_single_process(optim_results, references):
     for r in range(2):
         for n, ref in references["SpectraAdamW"].items():

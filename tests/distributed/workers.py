@@ -238,6 +238,19 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
                 st = opt.state[next(iter(model.parameters()))]
                 res[(cls_name, mode, "state_types")] = sorted({type(v).__name__ for v in st.values()})
 
+    # torch.compile(opt.step) of a sharded optimizer runs the eager step (not traced): the same numbers as
+    # the eager FSDP2 run, nothing compiled
+    import torch._dynamo as dynamo
+
+    dynamo.reset()
+    dynamo.utils.counters.clear()
+    model = fsdp_wrap(make_model())
+    opt = sharded(O.SpectraAdamW)(model.parameters(), **OPT_KW["SpectraAdamW"])
+    opt.step = torch.compile(opt.step, backend="aot_eager")
+    train_steps(model, opt, 0, STEPS, rank, ws)
+    res[("SpectraAdamW", "fsdp2", "compiled")] = full_params(model)
+    res["compiled_counters"] = {k: dict(v) for k, v in dynamo.utils.counters.items()}
+
     # HSDP-style 2-D mesh (Replicate, Shard(0)) for one optimizer
     from torch.distributed.device_mesh import init_device_mesh
 

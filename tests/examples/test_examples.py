@@ -194,6 +194,22 @@ def test_fsdp2_torchrun_resumes_exactly(data_env, tmp_path):
 
 @pytest.mark.distributed
 @pytest.mark.soak
+def test_fsdp2_example_compiled_matches_eager_and_resumes(data_env, tmp_path):
+    """``--compile`` (the blocks compiled with ``aot_eager``; the sharded step runs eagerly): the losses of the
+    eager run (the same floating-point operations), and a compiled run checkpointed after 3 steps resumes,
+    compiled again, to them."""
+    env, data = data_env
+    script = [sys.executable, "examples/fsdp2_torchrun.py", "--steps", "5", *SMALL, *data]
+    eager = losses(ranks(script, env, 2))
+    compiled = [*script, "--compile", "--compile-backend", "aot_eager"]
+    ckpt = str(tmp_path / "ckpt")
+    first = losses(ranks([*compiled, "--ckpt", ckpt, "--stop-after", "3"], env, 2))
+    second = losses(ranks([*compiled, "--ckpt", ckpt, "--resume"], env, 2))
+    assert len(eager) == 5 and first + second == pytest.approx(eager, abs=1e-6)
+
+
+@pytest.mark.distributed
+@pytest.mark.soak
 def test_fsdp2_example_under_torchrun(data_env):
     """torchrun (its agent process, rendezvous and environment) runs the FSDP2 example on 2 processes to the
     losses of the ranks started directly (``launch``), which the other FSDP2 tests use."""

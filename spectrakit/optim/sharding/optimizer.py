@@ -154,9 +154,16 @@ class ShardedSpectraMixin:
         self._local = {}
 
     # ------------------------------------------------------------------ overridden pipeline steps
+    @torch.compiler.disable(reason="the sharded step swaps parameters for their shards and exchanges them")
     @torch.no_grad()
     def step(self, closure=None):
-        """One distributed optimizer step (collective: every rank of the job must call it)."""
+        """One distributed optimizer step (collective: every rank of the job must call it).
+
+        Not traced by ``torch.compile``: under ``torch.compile(opt.step)`` it runs eagerly, like
+        ``torch.optim``'s fused optimizers (the step swaps the parameters in the param groups for their
+        local shards and back, and its exchanges depend on which rank owns which matrix; traced, it broke
+        the graph at every batch and recompiled until dynamo's limit). Compile the model instead (each
+        FSDP2 block); the step's matrix transforms are batched kernels either way."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
