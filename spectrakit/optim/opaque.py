@@ -18,16 +18,24 @@ fusion barrier, and each stretch of element-wise code between two barriers one m
 compile (on a CPU, one compiler run each). The price: the work tensors of all the group's matrix batches are
 alive at once in the compiled step (one copy of the group's matrices), where the eager step holds one batch's.
 
-The arguments are those of a transform call: ``c`` a Python float (the clip threshold of the step; it changes
-only with a clip schedule that reads the step counter, which is itself a guard of the traced step), ``steps``
-and ``dtype`` fixed per group, ``regularizer``/``b``/``p`` the group's Frank-Wolfe options (ignored by the
-other transforms).
+The arguments are those of a transform call: ``c`` a Python float (the clip threshold, constant without a
+step-dependent clip schedule), ``steps`` and ``dtype`` fixed per group, ``regularizer``/``b``/``p`` the group's
+Frank-Wolfe options (ignored by the other transforms). During a clip schedule's warm-up or decay the threshold
+``c_k`` changes every step: the overload ``post_transform.scheduled`` takes it as a 0-d float64 CPU tensor
+(read by the kernel, which runs eagerly: no graph break, no recompile), made by a second operator,
+``torch.ops.spectrakit.clip_threshold(steps_taken, lr, ...)``, whose kernel evaluates
+:func:`~spectrakit.optim.schedules.clip_threshold` on the group's step counter (a 0-d int64 CPU tensor) and
+``lr`` (a tensor ``lr`` is read during the warm-up only, as the eager step does), so that the traced step's
+threshold is the eager step's bit for bit. An infinite threshold (no clip) makes the transform the identity.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from spectrakit.optim.schedules import clip_threshold
 from spectrakit.optim.transforms import LMO_POSTS, POST_TRANSFORMS
 
 
@@ -37,7 +45,7 @@ def _alias(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _one(U: torch.Tensor, name: str, c: float, steps: int | None, dtype: torch.dtype | None,
          kwargs: dict) -> torch.Tensor:
-    fn = POST_TRANSFORMS[name]
+    fn = POST_TRANSFORMS[name] if c != math.inf else None  # c = inf: no clip (as the eager step)
     inplace = getattr(fn, "inplace", None)
     if inplace is not None:  # the optimizer's eager call, on a copy of its contiguous work tensor
         return inplace(U.clone(memory_format=torch.contiguous_format), c, steps, dtype, **kwargs)
@@ -54,39 +62,105 @@ def _post_transform(U: list[torch.Tensor], name: str, c: float, steps: int | Non
     return [_one(u, name, c, steps, dtype, kwargs) for u in U]
 
 
+def _post_transform_scheduled(U: list[torch.Tensor], name: str, c: torch.Tensor, steps: int | None,
+                              dtype: torch.dtype | None, regularizer: str, b: float,
+                              p: float | None) -> list[torch.Tensor]:
+    """The kernel with the threshold as a 0-d CPU tensor (read on the host: no device sync)."""
+    return _post_transform(U, name, float(c), steps, dtype, regularizer, b, p)
+
+
 def _fake(U, name, c, steps, dtype, regularizer, b, p):
     return [torch.empty_like(u, memory_format=torch.contiguous_format) for u in U]
 
 
+def _threshold(steps_taken: torch.Tensor, lr: torch.Tensor | None, lr_value: float, c: float, peak_lr: float,
+               warmup_steps: int, warmup: str, decay: str | None, decay_start: float, total_steps: int | None,
+               final_scale: float) -> torch.Tensor:
+    """The kernel: ``clip_threshold(c, k, lr_k, ...)`` as a 0-d float64 CPU tensor, ``k = int(steps_taken)``,
+    ``lr_k`` = ``float(lr)`` during the warm-up when ``lr`` is a tensor, else ``lr_value`` (as the eager step)."""
+    k = int(steps_taken)
+    lr_k = float(lr) if lr is not None and k < warmup_steps else lr_value
+    schedule = {"warmup": warmup, "decay": decay, "decay_start": decay_start, "total_steps": total_steps,
+                "final_scale": final_scale}
+    return torch.tensor(clip_threshold(c, k, lr_k, peak_lr, warmup_steps, schedule), dtype=torch.float64)
+
+
+def _threshold_fake(steps_taken, lr, lr_value, c, peak_lr, warmup_steps, warmup, decay, decay_start, total_steps,
+                    final_scale):
+    return torch.empty((), dtype=torch.float64, device=steps_taken.device)
+
+
 _LIB = torch.library.Library("spectrakit", "FRAGMENT")
-_LIB.define("post_transform(Tensor[] U, str name, float c, int? steps, ScalarType? dtype, str regularizer, "
-            "float b, float? p) -> Tensor[]")
+_ARGS = "int? steps, ScalarType? dtype, str regularizer, float b, float? p) -> Tensor[]"
+_LIB.define(f"post_transform(Tensor[] U, str name, float c, {_ARGS}")
+_LIB.define(f"post_transform.scheduled(Tensor[] U, str name, Tensor c, {_ARGS}")
 _LIB.impl("post_transform", _post_transform, "CompositeExplicitAutograd")
+_LIB.impl("post_transform.scheduled", _post_transform_scheduled, "CompositeExplicitAutograd")
 torch.library.register_fake("spectrakit::post_transform", _fake, lib=_LIB)
+torch.library.register_fake("spectrakit::post_transform.scheduled", _fake, lib=_LIB)
+_LIB.define("clip_threshold(Tensor steps_taken, Tensor? lr, float lr_value, float c, float peak_lr, "
+            "int warmup_steps, str warmup, str? decay, float decay_start, int? total_steps, float final_scale) "
+            "-> Tensor")
+_LIB.impl("clip_threshold", _threshold, "CompositeExplicitAutograd")
+torch.library.register_fake("spectrakit::clip_threshold", _threshold_fake, lib=_LIB)
 post_transform_op = torch.ops.spectrakit.post_transform.default
+scheduled_post_transform_op = torch.ops.spectrakit.post_transform.scheduled
+clip_threshold_op = torch.ops.spectrakit.clip_threshold.default
+
+
+def reads_step(schedule: dict, warmup_steps: int) -> bool:
+    """Whether a clip ``schedule`` depends on the step index: an ``inverse_lr`` warm-up with ``warmup_steps > 0``,
+    or a decay (else ``c_k = c`` at every step)."""
+    return (schedule["warmup"] == "inverse_lr" and warmup_steps > 0) or schedule["decay"] is not None
+
+
+def traced_threshold(c: float, group: dict, schedule: dict) -> torch.Tensor:
+    """The threshold ``c_k`` of a step-dependent ``schedule`` (:func:`reads_step`) of the param ``group`` as a
+    0-d float64 CPU tensor, for a step traced by ``torch.compile``: one call of
+    ``torch.ops.spectrakit.clip_threshold`` on the group's ``steps_taken`` and ``lr`` (no host read of either in
+    the traced code: no graph break, and no guard on their values)."""
+    lr = group["lr"]
+    tensor_lr = lr.detach() if isinstance(lr, torch.Tensor) else None
+    total = schedule["total_steps"]
+    return clip_threshold_op(group["steps_taken"], tensor_lr, 0.0 if tensor_lr is not None else float(lr), float(c),
+                             float(group["peak_lr"]), int(group["warmup_steps"]), schedule["warmup"],
+                             schedule["decay"], float(schedule["decay_start"]), None if total is None else int(total),
+                             float(schedule["final_scale"]))
 
 
 def _key(batch: dict) -> tuple:
+    """The arguments of a batch's call but the threshold (compared by :func:`_same_c`)."""
     kw = batch.get("post_kwargs") or {}
-    return (batch["post"], float(batch["c"]), batch["steps"], batch["dtype"], str(kw.get("regularizer", "frobenius")),
+    return (batch["post"], batch["steps"], batch["dtype"], str(kw.get("regularizer", "frobenius")),
             float(kw.get("b", 1.0)), None if kw.get("p") is None else float(kw["p"]))
+
+
+def _same_c(a, b) -> bool:
+    """Same threshold: the same tensor (a scheduled ``c_k``: one per group and step), or equal numbers."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return a is b
+    return float(a) == float(b)
 
 
 def traced_transforms(batches: list[dict]) -> list[torch.Tensor]:
     """The transforms of ``batches`` (the dicts of ``Spectra._post_transform_groups``: ``U``, ``post``, ``c``,
     ``steps``, ``dtype``, ``post_kwargs``) as calls of ``torch.ops.spectrakit.post_transform``, one per run of
     consecutive batches with the same transform and arguments (for a step traced by ``torch.compile``); an
-    identity (``post="none"``) returns ``U`` itself, as the eager hook."""
+    identity (``post="none"``) returns ``U`` itself, as the eager hook. A tensor ``c`` (a scheduled threshold,
+    :func:`traced_threshold`) goes to the ``scheduled`` overload."""
     out: list[torch.Tensor] = []
     i = 0
     while i < len(batches):
-        key = _key(batches[i])
+        key, c = _key(batches[i]), batches[i]["c"]
         j = i + 1
-        while j < len(batches) and _key(batches[j]) == key:
+        while j < len(batches) and _key(batches[j]) == key and _same_c(batches[j]["c"], c):
             j += 1
+        Us = [b["U"] for b in batches[i:j]]
         if POST_TRANSFORMS[key[0]] is None:
-            out.extend(b["U"] for b in batches[i:j])
+            out.extend(Us)
+        elif isinstance(c, torch.Tensor):
+            out.extend(scheduled_post_transform_op(Us, key[0], c, *key[1:]))
         else:
-            out.extend(post_transform_op([b["U"] for b in batches[i:j]], *key))
+            out.extend(post_transform_op(Us, key[0], float(c), *key[1:]))
         i = j
     return out

@@ -96,7 +96,7 @@ from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, state_dtype
 from spectrakit.optim.fused import fused_base, fused_step_
-from spectrakit.optim.opaque import traced_transforms
+from spectrakit.optim.opaque import reads_step, traced_threshold, traced_transforms
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
     LMO_POSTS,
@@ -789,18 +789,49 @@ class Spectra(torch.optim.Optimizer):
 
     @staticmethod
     def _schedule_step(group: dict) -> int:
-        """The step index ``k`` for the group's clip schedules: ``int(steps_taken)`` when a schedule in use
-        depends on it (an ``inverse_lr`` warm-up with ``warmup_steps > 0``, or a decay), else
-        ``warmup_steps`` (where such a schedule is constant, ``c_k = c``), so that the counter is not read:
-        a compiled step then neither specialises on it nor breaks its graph. Reading it costs no device sync
-        (the counter lives on the CPU); under ``torch.compile`` it is one graph break per group and step."""
+        """The step index ``k`` for the group's clip schedules in an eager step: ``int(steps_taken)`` when a
+        schedule in use depends on it (an ``inverse_lr`` warm-up with ``warmup_steps > 0``, or a decay), else
+        ``warmup_steps`` (where such a schedule is constant, ``c_k = c``), so that the counter is not read.
+        Reading it costs no device sync (the counter lives on the CPU)."""
         matrix_clip = POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"]
         scheds = ([group["c_schedule"]] if matrix_clip else []) + (
             [group["pre_c_schedule"]] if group["pre_c"] is not None else [])
-        if any((s["warmup"] == "inverse_lr" and group["warmup_steps"] > 0) or s["decay"] is not None
-               for s in scheds):
+        if any(reads_step(s, group["warmup_steps"]) for s in scheds):
             return int(group["steps_taken"])
         return group["warmup_steps"]
+
+    @classmethod
+    def _clip_thresholds(cls, group: dict) -> tuple:
+        """``(c_k, pre_c_k)`` of the group's step (:func:`~spectrakit.optim.schedules.clip_threshold`;
+        ``pre_c_k`` None without pre-clip, ``pre_c`` None or inf). Eagerly Python floats (a tensor ``lr`` is read
+        during the warm-up only, where ``c_k = c peak_lr / lr_k`` needs its value). While ``torch.compile``
+        traces the step, a threshold whose schedule depends on the step (warm-up, decay) is a 0-d float64 CPU
+        tensor made by one operator call from the ``steps_taken`` and ``lr`` tensors
+        (:func:`~spectrakit.optim.opaque.traced_threshold`, the same function evaluated by its kernel: the eager
+        value bit for bit), so that the traced step reads neither on the host (no graph break, no recompile);
+        the other thresholds stay the constant floats."""
+        if torch.compiler.is_compiling():
+            matrix_clip = POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"]
+            warmup = group["warmup_steps"]
+            c, sched = group["c"], group["c_schedule"]
+            c_k = traced_threshold(c, group, sched) if matrix_clip and c != math.inf and reads_step(
+                sched, warmup) else clip_threshold(c, warmup, 0.0, group["peak_lr"], warmup, sched)
+            pre_c, sched = group["pre_c"], group["pre_c_schedule"]
+            if pre_c is None or pre_c == math.inf:
+                return c_k, None
+            if reads_step(sched, warmup):
+                return c_k, traced_threshold(pre_c, group, sched)
+            return c_k, clip_threshold(pre_c, warmup, 0.0, group["peak_lr"], warmup, sched)
+        k, lr = cls._schedule_step(group), group["lr"]
+        # the warm-up rule c_k = c peak_lr / lr_k needs lr_k's value: a tensor lr is read during warm-up only
+        lr_c = float(lr) if isinstance(lr, torch.Tensor) and k < group["warmup_steps"] else lr
+        c_k = clip_threshold(group["c"], k, lr_c, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
+        pre_c = group["pre_c"]
+        pre_c_k = None if pre_c is None else clip_threshold(
+            pre_c, k, lr_c, group["peak_lr"], group["warmup_steps"], group["pre_c_schedule"])
+        if pre_c_k == math.inf:  # pre_c = inf: no pre-clip
+            pre_c_k = None
+        return c_k, pre_c_k
 
     def _step_group(self, group: dict, ok: torch.Tensor | None) -> None:
         """One step of ``group``; ``ok``: the step's 0-d fp32 flag (1 take, 0 skip), or None where nothing
@@ -813,22 +844,10 @@ class Spectra(torch.optim.Optimizer):
                 fused_step_(fb, group, params, [state[p] for p in params], ok)
                 return
         base = BASES[group["base"]]
-        k, lr = self._schedule_step(group), group["lr"]
-        # the warm-up rule c_k = c peak_lr / lr_k needs lr_k's value: a tensor lr is read during warm-up only
-        lr_c = float(lr) if isinstance(lr, torch.Tensor) and k < group["warmup_steps"] else lr
+        c_k, pre_c_k = self._clip_thresholds(group)
+        lr = group["lr"]
         if isinstance(lr, torch.Tensor):  # a bad value skips the step (_tensor_hyper_flag); keep 0 * lr finite
             lr = torch.nan_to_num(lr.detach(), nan=0.0, posinf=0.0, neginf=0.0).clamp_min(0.0)
-        c_k = clip_threshold(group["c"], k, lr_c, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
-        pre_c = group["pre_c"]
-        pre_c_k = (
-            None
-            if pre_c is None
-            else clip_threshold(
-                pre_c, k, lr_c, group["peak_lr"], group["warmup_steps"], group["pre_c_schedule"]
-            )
-        )
-        if pre_c_k == math.inf:  # pre_c = inf: no pre-clip
-            pre_c_k = None
         post = group["post"]
         # traced: the matrix batches' post-transforms are made after every batch's direction, in one call of
         # the hook (one operator call, spectrakit.optim.opaque): each call is a fusion barrier of the compiled
@@ -856,7 +875,9 @@ class Spectra(torch.optim.Optimizer):
                 buf = torch.empty(sum(sizes), dtype=wdt, device=dev)
                 views = [v.view(p.shape) for v, p in zip(buf.split(sizes), params)]
             identity = POST_TRANSFORMS[post] is None if kind == "matrix" else not group["vector_clip"]
-            identity = identity or c_k == math.inf  # c = inf: no clip
+            # c = inf: no clip (a scheduled threshold traced as a tensor is finite where c is; an overflow to inf
+            # makes the operator's transform the identity)
+            identity = identity or (not isinstance(c_k, torch.Tensor) and c_k == math.inf)
             # a chaining base on CPU loads (and, for an identity post-transform, applies) tensor by tensor
             chain = per_tensor and getattr(base, "chains", False) and pre_c_k is None
             lr_wd = group["weight_decay"] * lr
