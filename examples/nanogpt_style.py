@@ -9,7 +9,8 @@ to log spectral norms of weights and updates from this (or any) loop.
 ``--compile`` compiles the model and the optimizer step with ``torch.compile`` (``--compile-backend
 aot_eager`` compiles in seconds instead of minutes on a CPU, without inductor's code generation). The
 learning rate is then a 0-d tensor that the scheduler updates in place, so the compiled step is reused at
-every step; during the clip's warm-up the step reads it on the host (one graph break per param group).
+every step, the clip's warm-up included (its threshold is computed inside the compiled step from the step
+counter and learning-rate tensors, without a graph break).
 """
 
 import argparse

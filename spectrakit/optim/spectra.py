@@ -73,7 +73,8 @@ an unknown ``post`` name) are checked again at every step: Python numbers cost n
 bad one raises ``ValueError`` naming the param group and the argument before anything is modified. A tensor
 ``lr`` (accepted as by ``torch.optim.Muon``) is not read at step time: a non-finite or negative value skips
 the step and counts it, like a non-finite gradient (during an ``inverse_lr`` warm-up of the clip threshold
-its value is read once per step, since ``c_k = c peak_lr / lr_k`` needs it).
+its value is read once per step, since ``c_k = c peak_lr / lr_k`` needs it; under ``torch.compile`` inside the
+kernel of an operator, :func:`~spectrakit.optim.opaque.traced_threshold`, so the traced step does not break).
 
 Extra memory per step: one fp32 work tensor per batch plus the post-transform's temporaries (the default
 fast soft clip overwrites the work tensor and adds only ``4 min(m, n)^2`` elements per matrix, see
@@ -616,11 +617,12 @@ class Spectra(torch.optim.Optimizer):
         Each batch is a dict with ``U`` (work dtype, ``(B, m, n)``), ``params`` (the ``B`` parameters whose
         directions ``U`` stacks, in order), ``stage`` (``"pre"`` or ``"post"``), ``post`` (the transform
         name, a key of ``POST_TRANSFORMS``; the group's ``pre`` name for the pre-clip), ``c`` (float
-        threshold), ``steps`` (iteration count or None) and ``dtype`` (compute dtype or None). Returns the
-        transformed batches (same shapes; may be ``U`` itself, overwritten: ``"none"`` and the in-place
-        variant ``fn.inplace`` of a transform, used when present, e.g. the fast soft clip). This is the step a
-        distributed subclass overrides (split each batch by owner rank, transform the own slice,
-        exchange)."""
+        threshold; a 0-d float64 CPU tensor in a step traced by ``torch.compile`` during a step-dependent clip
+        schedule, :meth:`_clip_thresholds`), ``steps`` (iteration count or None) and ``dtype`` (compute dtype
+        or None). Returns the transformed batches (same shapes; may be ``U`` itself, overwritten: ``"none"``
+        and the in-place variant ``fn.inplace`` of a transform, used when present, e.g. the fast soft clip).
+        This is the step a distributed subclass overrides (split each batch by owner rank, transform the own
+        slice, exchange)."""
         if torch.compiler.is_compiling():  # opaque operator calls, one per run of alike batches
             return traced_transforms(batches)
         out = []

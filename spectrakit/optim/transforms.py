@@ -320,6 +320,10 @@ def vector_reference_clip_factors(norms: torch.Tensor, c: float) -> torch.Tensor
     return torch.where(norms <= c, torch.ones_like(norms), vector_soft_clip_factors(norms, c))
 
 
-def vector_clip_factors(rule, norms: torch.Tensor, c: float) -> torch.Tensor:
-    """The factors of ``vector_clip=rule``: ``True`` (smooth) or ``"reference"`` (the paper's rule)."""
+def vector_clip_factors(rule, norms: torch.Tensor, c) -> torch.Tensor:
+    """The factors of ``vector_clip=rule``: ``True`` (smooth) or ``"reference"`` (the paper's rule). ``c``: a
+    number, or a 0-d tensor (a scheduled threshold in a compiled step), moved to the norms' device (its value
+    rounds to the norms' dtype as a number's does)."""
+    if isinstance(c, torch.Tensor):
+        c = c.to(norms.device, non_blocking=True)
     return (vector_reference_clip_factors if rule == "reference" else vector_soft_clip_factors)(norms, c)
