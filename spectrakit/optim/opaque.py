@@ -73,19 +73,18 @@ def _fake(U, name, c, steps, dtype, regularizer, b, p):
     return [torch.empty_like(u, memory_format=torch.contiguous_format) for u in U]
 
 
-def _threshold(steps_taken: torch.Tensor, lr: torch.Tensor | None, lr_value: float, c: float, peak_lr: float,
-               warmup_steps: int, warmup: str, decay: str | None, decay_start: float, total_steps: int | None,
-               final_scale: float) -> torch.Tensor:
+def _threshold(steps_taken: torch.Tensor, lr: torch.Tensor, c: float, peak_lr: float, warmup_steps: int, warmup: str,
+               decay: str | None, decay_start: float, total_steps: int | None, final_scale: float) -> torch.Tensor:
     """The kernel: ``clip_threshold(c, k, lr_k, ...)`` as a 0-d float64 CPU tensor, ``k = int(steps_taken)``,
-    ``lr_k`` = ``float(lr)`` during the warm-up when ``lr`` is a tensor, else ``lr_value`` (as the eager step)."""
+    ``lr_k = float(lr)`` read during the warm-up only (as the eager step reads a tensor ``lr``)."""
     k = int(steps_taken)
-    lr_k = float(lr) if lr is not None and k < warmup_steps else lr_value
+    lr_k = float(lr) if k < warmup_steps else 0.0  # (not used after the warm-up)
     schedule = {"warmup": warmup, "decay": decay, "decay_start": decay_start, "total_steps": total_steps,
                 "final_scale": final_scale}
     return torch.tensor(clip_threshold(c, k, lr_k, peak_lr, warmup_steps, schedule), dtype=torch.float64)
 
 
-def _threshold_fake(steps_taken, lr, lr_value, c, peak_lr, warmup_steps, warmup, decay, decay_start, total_steps,
+def _threshold_fake(steps_taken, lr, c, peak_lr, warmup_steps, warmup, decay, decay_start, total_steps,
                     final_scale):
     return torch.empty((), dtype=torch.float64, device=steps_taken.device)
 
@@ -98,7 +97,7 @@ _LIB.impl("post_transform", _post_transform, "CompositeExplicitAutograd")
 _LIB.impl("post_transform.scheduled", _post_transform_scheduled, "CompositeExplicitAutograd")
 torch.library.register_fake("spectrakit::post_transform", _fake, lib=_LIB)
 torch.library.register_fake("spectrakit::post_transform.scheduled", _fake, lib=_LIB)
-_LIB.define("clip_threshold(Tensor steps_taken, Tensor? lr, float lr_value, float c, float peak_lr, "
+_LIB.define("clip_threshold(Tensor steps_taken, Tensor lr, float c, float peak_lr, "
             "int warmup_steps, str warmup, str? decay, float decay_start, int? total_steps, float final_scale) "
             "-> Tensor")
 _LIB.impl("clip_threshold", _threshold, "CompositeExplicitAutograd")
@@ -118,11 +117,14 @@ def traced_threshold(c: float, group: dict, schedule: dict) -> torch.Tensor:
     """The threshold ``c_k`` of a step-dependent ``schedule`` (:func:`reads_step`) of the param ``group`` as a
     0-d float64 CPU tensor, for a step traced by ``torch.compile``: one call of
     ``torch.ops.spectrakit.clip_threshold`` on the group's ``steps_taken`` and ``lr`` (no host read of either in
-    the traced code: no graph break, and no guard on their values)."""
+    the traced code: no graph break, and no guard on their values; a Python-number ``lr`` enters as a float64
+    tensor of its exact value, so that a symbolic ``lr`` is not specialised either)."""
     lr = group["lr"]
-    tensor_lr = lr.detach() if isinstance(lr, torch.Tensor) else None
+    # a number: 1 * lr (exact) is an operation dynamo keeps symbolic for a symbolic float (a changing lr after
+    # its first recompile); torch.tensor(lr) or torch.full would specialise it, one recompile per value
+    lr = lr.detach() if isinstance(lr, torch.Tensor) else torch.ones((), dtype=torch.float64) * lr
     total = schedule["total_steps"]
-    return clip_threshold_op(group["steps_taken"], tensor_lr, 0.0 if tensor_lr is not None else float(lr), float(c),
+    return clip_threshold_op(group["steps_taken"], lr, float(c),
                              float(group["peak_lr"]), int(group["warmup_steps"]), schedule["warmup"],
                              schedule["decay"], float(schedule["decay_start"]), None if total is None else int(total),
                              float(schedule["final_scale"]))

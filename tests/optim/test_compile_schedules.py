@@ -93,6 +93,34 @@ def test_scheduled_clip_traces_once_and_equals_eager(case):
     assert int(opt.param_groups[0]["steps_taken"]) == int(ref.param_groups[0]["steps_taken"]) == 4
 
 
+@pytest.mark.soak
+def test_python_number_lr_changing_in_the_warm_up_is_not_specialised():
+    """A Python-number lr set to a new value before every call (as a float scheduler does): after the recompiles
+    that make it a symbolic input (as for torch's optimizers), the graphs of the warm-up serve the later calls
+    (the threshold operator does not guard on its value), with the eager numbers bit for bit. (Soak tier: the
+    recompiles take about 7 s.)"""
+    dynamo.reset()
+    counters.clear()
+    gen = torch.Generator().manual_seed(2)
+    init = [torch.randn(6, 4, generator=gen), torch.randn(4, generator=gen)]
+    ps, qs = ([torch.nn.Parameter(x.clone()) for x in init] for _ in range(2))
+    kw = dict(lr=1e-2, c=1.0, warmup_steps=3, vector_clip=True)
+    opt, ref = O.SpectraAdamW(ps, **kw), O.SpectraAdamW(qs, **kw)
+    step = torch.compile(opt.step, backend="aot_eager")
+    graphs = []
+    for lr in (2e-3, 5e-3, 7e-3, 1e-2, 9e-3, 8e-3):
+        opt.param_groups[0]["lr"] = ref.param_groups[0]["lr"] = lr
+        for p, q in zip(ps, qs):
+            p.grad = torch.randn(p.shape, generator=gen) * 10
+            q.grad = p.grad.clone()
+        step()
+        ref.step()
+        graphs.append(counters["stats"]["unique_graphs"])
+    dynamo.reset()
+    assert graphs[3:] == [graphs[3]] * 3, graphs
+    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
+
+
 def test_matrix_post_transform_takes_the_scheduled_threshold():
     """The post-transform of the matrix batches is one call of the ``scheduled`` overload (threshold tensor)."""
     t = _run("SpectraAdamW")
