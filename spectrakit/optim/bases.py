@@ -156,6 +156,15 @@ class Work:
             self.unary_("mul_", scale)
 
 
+def stored(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself; while ``torch.compile`` traces the step, the minimum over 16 copies of it (the same values):
+    inductor stores a reduction's result in a buffer of its own (it unrolls one of fewer than 8 elements into the
+    code that reads it), so the element-wise code that reads ``x`` loads it instead of recomputing it."""
+    if not torch.compiler.is_compiling():
+        return x
+    return x.expand(16, *x.shape).amin(0)
+
+
 def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight, bound: float = 1.0) -> None:
     """``t <- t + weight (e - t)`` for every pair, with a 0-d tensor ``weight`` kept on the device (or a list
     of 0-d tensors, one per pair); ``bound``: an upper bound of ``|weight|`` known on the host (e.g. ``1 - b``
@@ -231,6 +240,8 @@ def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
     u, buf = w.u, w.buf
     w1, w2 = (1 - b1) * ok, (1 - b2) * ok
     r, c = bias_corrections(t, b1, b2)
+    if buf is None:
+        r, c, w1, w2 = (stored(x) for x in (r, c, w1, w2))
     if w.per_tensor:  # tensor by tensor, cache-resident (see Work)
 
         def body(ui, mi, vi, ri, ci):

@@ -161,6 +161,13 @@ def _traced_foreach(pre_c_k) -> bool:
     return torch.compiler.is_compiling() and pre_c_k is None
 
 
+def _own_flag(ok: torch.Tensor) -> torch.Tensor:
+    """A copy of the 0-d skip flag ``ok`` (0 or 1) for one batch of a traced step: ``min`` over 16 copies of it,
+    the same value. Inductor stores a reduction's result in a buffer of its own (and unrolls one of fewer than
+    8 elements into the code that reads it), so the element-wise code of each batch reads its own buffer."""
+    return ok.expand(16).amin()
+
+
 def _nonzero(x) -> bool:
     """``x != 0`` for a Python number; True for a tensor (its value is not read: no host sync)."""
     return True if isinstance(x, torch.Tensor) else x != 0
@@ -522,6 +529,12 @@ class Spectra(torch.optim.Optimizer):
         ``_foreach_norm(inf)`` (one kernel); CPU: per-tensor ``aminmax`` (min and max are finite iff every
         entry is: NaN propagates, +-inf is the max/min), about 10x faster there than the unvectorised
         inf-norm."""
+        if torch.compiler.is_compiling():  # one reduction per gradient, no stacked copy of the results
+            top = None
+            for g in grads:  # NaN propagates through amax and maximum, and fails the comparison
+                m = g.abs().amax()
+                top = m if top is None else torch.maximum(top, m)
+            return top <= GRAD_BOUND
         if self._per_tensor(grads[0].device):
             return (torch.stack([x for g in grads for x in torch.aminmax(g)]).abs() <= GRAD_BOUND).all()
         return (torch.stack(torch._foreach_norm(grads, float("inf"))) <= GRAD_BOUND).all()
@@ -845,6 +858,8 @@ class Spectra(torch.optim.Optimizer):
             per_tensor = self._per_tensor(dev) and not traced
             ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
                     else ok.to(device=dev, dtype=wdt, non_blocking=True))
+            if traced and ok is not None:
+                ok_d = _own_flag(ok_d)
             grads = [p.grad for p in params]
             if traced:
                 buf, views = None, None  # one work tensor per parameter, made below
@@ -972,6 +987,10 @@ class Spectra(torch.optim.Optimizer):
         entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x``, no host read."""
         if not x.numel():
             return x.new_ones(())
+        if torch.compiler.is_compiling():  # one reduction; a select where nan_to_num is three
+            fin = torch.isfinite(x.abs().amax()).to(x.dtype)
+            x.copy_(torch.where(torch.isfinite(x), x, x.new_zeros(())))
+            return fin
         lo, hi = torch.aminmax(x)
         fin = (torch.isfinite(lo) & torch.isfinite(hi)).to(x.dtype)
         torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
