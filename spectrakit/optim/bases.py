@@ -157,9 +157,12 @@ class Work:
 
 
 def stored(x: torch.Tensor) -> torch.Tensor:
-    """``x`` itself; while ``torch.compile`` traces the step, the minimum over 16 copies of it (the same values):
-    inductor stores a reduction's result in a buffer of its own (it unrolls one of fewer than 8 elements into the
-    code that reads it), so the element-wise code that reads ``x`` loads it instead of recomputing it."""
+    """``x`` itself; while ``torch.compile`` traces the step, the minimum over 16 copies of it (the same values,
+    for the step's 0-d flags and weights, the bias corrections): inductor stores a reduction's result in a buffer
+    of its own (it unrolls one of fewer than 8 elements into the code that reads it), so the element-wise code
+    that reads ``x`` loads it instead of recomputing it inline, and reads a buffer of its batch (inductor's
+    fusion search tries the pairs of nodes that read one buffer: a flag read by every node of the step makes
+    them one group; measured in docs/BENCHMARKS.md "Compile-first")."""
     if not torch.compiler.is_compiling():
         return x
     return x.expand(16, *x.shape).amin(0)

@@ -17,7 +17,8 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
    that calls the same kernel (one graph, the eager numbers); a group with ``check_finite=False`` is
    left out of step 1 (its gradients are not read, its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
-   kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower);
+   kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower; traced by
+   ``torch.compile``, one ``amax`` of ``|g|`` per gradient, see :meth:`Spectra._device_finite`);
 2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
    group form one flat batch; with an element-wise update, ``post="none"``, the CPU batches of one dtype
    and ``alpha`` form one flat batch, see :meth:`Spectra._plan`); the gradients of a batch are copied into
@@ -94,7 +95,7 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_scalar, value_checks_enabled
 from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
-from spectrakit.optim.bases import BASES, Work, state_dtype
+from spectrakit.optim.bases import BASES, Work, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_
 from spectrakit.optim.opaque import traced_transforms
 from spectrakit.optim.schedules import clip_threshold, make_schedule
@@ -159,13 +160,6 @@ def _traced_foreach(pre_c_k) -> bool:
     ``aot_eager``). Measured (inductor, CPU, 1 thread, SpectraAdamW on the 21 parameters of the width-16
     2-layer LLaMA set): see docs/BENCHMARKS.md "Compile-first"."""
     return torch.compiler.is_compiling() and pre_c_k is None
-
-
-def _own_flag(ok: torch.Tensor) -> torch.Tensor:
-    """A copy of the 0-d skip flag ``ok`` (0 or 1) for one batch of a traced step: ``min`` over 16 copies of it,
-    the same value. Inductor stores a reduction's result in a buffer of its own (and unrolls one of fewer than
-    8 elements into the code that reads it), so the element-wise code of each batch reads its own buffer."""
-    return ok.expand(16).amin()
 
 
 def _nonzero(x) -> bool:
@@ -528,7 +522,9 @@ class Spectra(torch.optim.Optimizer):
         magnitude (NaN fails the comparison). Multi-tensor device: the fused
         ``_foreach_norm(inf)`` (one kernel); CPU: per-tensor ``aminmax`` (min and max are finite iff every
         entry is: NaN propagates, +-inf is the max/min), about 10x faster there than the unvectorised
-        inf-norm."""
+        inf-norm. While ``torch.compile`` traces the step (any device): ``max_i amax(|g_i|) <= GRAD_BOUND``, one
+        single-output reduction per gradient and no stack of their results (inductor copies each stacked 0-d
+        result in a kernel of its own); the same flag."""
         if torch.compiler.is_compiling():  # one reduction per gradient, no stacked copy of the results
             top = None
             for g in grads:  # NaN propagates through amax and maximum, and fails the comparison
@@ -858,8 +854,8 @@ class Spectra(torch.optim.Optimizer):
             per_tensor = self._per_tensor(dev) and not traced
             ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
                     else ok.to(device=dev, dtype=wdt, non_blocking=True))
-            if traced and ok is not None:
-                ok_d = _own_flag(ok_d)
+            if traced and ok is not None:  # a copy of the flag per batch (bases.stored): inductor's fusion search
+                ok_d = stored(ok_d)  # pairs the nodes that read one buffer, and every element-wise node reads ok
             grads = [p.grad for p in params]
             if traced:
                 buf, views = None, None  # one work tensor per parameter, made below
@@ -984,7 +980,10 @@ class Spectra(torch.optim.Optimizer):
     @staticmethod
     def _finite_(x: torch.Tensor) -> torch.Tensor:
         """0-d tensor (x's dtype): 1 if every entry of ``x`` is finite, else 0; then zeroes ``x``'s non-finite
-        entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x``, no host read."""
+        entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x``, no host read.
+        Traced by ``torch.compile``: ``isfinite(amax(|x|))`` and ``where(isfinite(x), x, 0)``, the same values
+        (inductor generates one reduction for them where ``aminmax`` is two, and a vectorised select where
+        ``nan_to_num`` is three selects and an unvectorised ``isnan``)."""
         if not x.numel():
             return x.new_ones(())
         if torch.compiler.is_compiling():  # one reduction; a select where nan_to_num is three
