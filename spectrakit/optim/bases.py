@@ -158,11 +158,11 @@ class Work:
 
 def stored(x: torch.Tensor) -> torch.Tensor:
     """``x`` itself; while ``torch.compile`` traces the step, the minimum over 16 copies of it (the same values,
-    for the step's 0-d flags and weights, the bias corrections): inductor stores a reduction's result in a buffer
-    of its own (it unrolls one of fewer than 8 elements into the code that reads it), so the element-wise code
-    that reads ``x`` loads it instead of recomputing it inline, and reads a buffer of its batch (inductor's
-    fusion search tries the pairs of nodes that read one buffer: a flag read by every node of the step makes
-    them one group; measured in docs/BENCHMARKS.md "Compile-first")."""
+    for the step's 0/1 skip flag): inductor stores a reduction's result in a buffer of its own (it unrolls one of
+    fewer than 8 elements into the code that reads it), so the element-wise code that reads this copy reads a
+    buffer of its own instead of the step's flag (inductor's fusion search tries the pairs of nodes that read one
+    buffer: a flag read by every node of the step makes them one group; docs/BENCHMARKS.md "Compile-first").
+    Storing the AdamW bias corrections and weights the same way made the first compile slower (measured)."""
     if not torch.compiler.is_compiling():
         return x
     return x.expand(16, *x.shape).amin(0)
@@ -243,8 +243,6 @@ def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
     u, buf = w.u, w.buf
     w1, w2 = (1 - b1) * ok, (1 - b2) * ok
     r, c = bias_corrections(t, b1, b2)
-    if buf is None:
-        r, c, w1, w2 = (stored(x) for x in (r, c, w1, w2))
     if w.per_tensor:  # tensor by tensor, cache-resident (see Work)
 
         def body(ui, mi, vi, ri, ci):
