@@ -18,7 +18,7 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
    left out of step 1 (its gradients are not read, its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
    kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower; traced by
-   ``torch.compile``, one ``amax`` of ``|g|`` per gradient, see :meth:`Spectra._device_finite`);
+   ``torch.compile`` on CPU, one ``amax`` of ``|g|`` per gradient, see :meth:`Spectra._device_finite`);
 2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
    group form one flat batch; with an element-wise update, ``post="none"``, the CPU batches of one dtype
    and ``alpha`` form one flat batch, see :meth:`Spectra._plan`); the gradients of a batch are copied into
@@ -522,16 +522,17 @@ class Spectra(torch.optim.Optimizer):
         magnitude (NaN fails the comparison). Multi-tensor device: the fused
         ``_foreach_norm(inf)`` (one kernel); CPU: per-tensor ``aminmax`` (min and max are finite iff every
         entry is: NaN propagates, +-inf is the max/min), about 10x faster there than the unvectorised
-        inf-norm. While ``torch.compile`` traces the step (any device): ``max_i amax(|g_i|) <= GRAD_BOUND``, one
+        inf-norm; while ``torch.compile`` traces the step there, ``max_i amax(|g_i|) <= GRAD_BOUND``, one
         single-output reduction per gradient and no stack of their results (inductor copies each stacked 0-d
-        result in a kernel of its own); the same flag."""
-        if torch.compiler.is_compiling():  # one reduction per gradient, no stacked copy of the results
-            top = None
-            for g in grads:  # NaN propagates through amax and maximum, and fails the comparison
-                m = g.abs().amax()
-                top = m if top is None else torch.maximum(top, m)
-            return top <= GRAD_BOUND
+        result in a kernel of its own); the same flag. (On CUDA the traced ``_foreach_norm`` stays one call of
+        torch's kernel, where reductions would be one generated kernel each.)"""
         if self._per_tensor(grads[0].device):
+            if torch.compiler.is_compiling():  # one reduction per gradient, no stacked copy of the results
+                top = None
+                for g in grads:  # NaN propagates through amax and maximum, and fails the comparison
+                    m = g.abs().amax()
+                    top = m if top is None else torch.maximum(top, m)
+                return top <= GRAD_BOUND
             return (torch.stack([x for g in grads for x in torch.aminmax(g)]).abs() <= GRAD_BOUND).all()
         return (torch.stack(torch._foreach_norm(grads, float("inf"))) <= GRAD_BOUND).all()
 
@@ -854,8 +855,9 @@ class Spectra(torch.optim.Optimizer):
             per_tensor = self._per_tensor(dev) and not traced
             ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
                     else ok.to(device=dev, dtype=wdt, non_blocking=True))
-            if traced and ok is not None:  # a copy of the flag per batch (bases.stored): inductor's fusion search
-                ok_d = stored(ok_d)  # pairs the nodes that read one buffer, and every element-wise node reads ok
+            if traced and ok is not None and self._per_tensor(dev):  # a copy of the flag per batch (CPU; on a
+                # GPU one more generated kernel each, not measured there): inductor's fusion search pairs the
+                ok_d = stored(ok_d)  # nodes that read one buffer, and every element-wise node reads the flag
             grads = [p.grad for p in params]
             if traced:
                 buf, views = None, None  # one work tensor per parameter, made below
