@@ -855,9 +855,11 @@ class Spectra(torch.optim.Optimizer):
             per_tensor = self._per_tensor(dev) and not traced
             ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
                     else ok.to(device=dev, dtype=wdt, non_blocking=True))
-            if traced and ok is not None and self._per_tensor(dev):  # a copy of the flag per batch (CPU; on a
-                # GPU one more generated kernel each, not measured there): inductor's fusion search pairs the
-                ok_d = stored(ok_d)  # nodes that read one buffer, and every element-wise node reads the flag
+            # traced on CPU: a copy of the flag per batch (bases.stored), since inductor's fusion search pairs
+            # the nodes that read one buffer and every element-wise node reads the flag (on a GPU each copy would
+            # be one more generated kernel: not measured there)
+            if traced and ok is not None and self._per_tensor(dev):
+                ok_d = stored(ok_d)
             grads = [p.grad for p in params]
             if traced:
                 buf, views = None, None  # one work tensor per parameter, made below
