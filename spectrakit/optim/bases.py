@@ -156,6 +156,18 @@ class Work:
             self.unary_("mul_", scale)
 
 
+def stored(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself; while ``torch.compile`` traces the step, the minimum over 16 copies of it (the same values,
+    for the step's 0/1 skip flag): inductor stores a reduction's result in a buffer of its own (it unrolls one of
+    fewer than 8 elements into the code that reads it), so the element-wise code that reads this copy reads a
+    buffer of its own instead of the step's flag (inductor's fusion search tries the pairs of nodes that read one
+    buffer: a flag read by every node of the step makes them one group; docs/BENCHMARKS.md "Compile-first").
+    Storing the AdamW bias corrections and weights the same way made the first compile slower (measured)."""
+    if not torch.compiler.is_compiling():
+        return x
+    return x.expand(16, *x.shape).amin(0)
+
+
 def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight, bound: float = 1.0) -> None:
     """``t <- t + weight (e - t)`` for every pair, with a 0-d tensor ``weight`` kept on the device (or a list
     of 0-d tensors, one per pair); ``bound``: an upper bound of ``|weight|`` known on the host (e.g. ``1 - b``

@@ -17,7 +17,8 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
    that calls the same kernel (one graph, the eager numbers); a group with ``check_finite=False`` is
    left out of step 1 (its gradients are not read, its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
-   kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower);
+   kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower; traced by
+   ``torch.compile`` on CPU, one ``amax`` of ``|g|`` per gradient, see :meth:`Spectra._device_finite`);
 2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
    group form one flat batch; with an element-wise update, ``post="none"``, the CPU batches of one dtype
    and ``alpha`` form one flat batch, see :meth:`Spectra._plan`); the gradients of a batch are copied into
@@ -95,7 +96,7 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_scalar, value_checks_enabled
 from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
-from spectrakit.optim.bases import BASES, Work, state_dtype
+from spectrakit.optim.bases import BASES, Work, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_
 from spectrakit.optim.opaque import reads_step, traced_threshold, traced_transforms
 from spectrakit.optim.schedules import clip_threshold, make_schedule
@@ -522,8 +523,17 @@ class Spectra(torch.optim.Optimizer):
         magnitude (NaN fails the comparison). Multi-tensor device: the fused
         ``_foreach_norm(inf)`` (one kernel); CPU: per-tensor ``aminmax`` (min and max are finite iff every
         entry is: NaN propagates, +-inf is the max/min), about 10x faster there than the unvectorised
-        inf-norm."""
+        inf-norm; while ``torch.compile`` traces the step there, ``max_i amax(|g_i|) <= GRAD_BOUND``, one
+        single-output reduction per gradient and no stack of their results (inductor copies each stacked 0-d
+        result in a kernel of its own); the same flag. (On CUDA the traced ``_foreach_norm`` stays one call of
+        torch's kernel, where reductions would be one generated kernel each.)"""
         if self._per_tensor(grads[0].device):
+            if torch.compiler.is_compiling():  # one reduction per gradient, no stacked copy of the results
+                top = None
+                for g in grads:  # NaN propagates through amax and maximum, and fails the comparison
+                    m = g.abs().amax()
+                    top = m if top is None else torch.maximum(top, m)
+                return top <= GRAD_BOUND
             return (torch.stack([x for g in grads for x in torch.aminmax(g)]).abs() <= GRAD_BOUND).all()
         return (torch.stack(torch._foreach_norm(grads, float("inf"))) <= GRAD_BOUND).all()
 
@@ -866,6 +876,11 @@ class Spectra(torch.optim.Optimizer):
             per_tensor = self._per_tensor(dev) and not traced
             ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
                     else ok.to(device=dev, dtype=wdt, non_blocking=True))
+            # traced on CPU: a copy of the flag per batch (bases.stored), since inductor's fusion search pairs
+            # the nodes that read one buffer and every element-wise node reads the flag (on a GPU each copy would
+            # be one more generated kernel: not measured there)
+            if traced and ok is not None and self._per_tensor(dev):
+                ok_d = stored(ok_d)
             grads = [p.grad for p in params]
             if traced:
                 buf, views = None, None  # one work tensor per parameter, made below
@@ -992,9 +1007,16 @@ class Spectra(torch.optim.Optimizer):
     @staticmethod
     def _finite_(x: torch.Tensor) -> torch.Tensor:
         """0-d tensor (x's dtype): 1 if every entry of ``x`` is finite, else 0; then zeroes ``x``'s non-finite
-        entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x``, no host read."""
+        entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x``, no host read.
+        Traced by ``torch.compile``: ``isfinite(amax(|x|))`` and ``where(isfinite(x), x, 0)``, the same values
+        (inductor generates one reduction for them where ``aminmax`` is two, and a vectorised select where
+        ``nan_to_num`` is three selects and an unvectorised ``isnan``)."""
         if not x.numel():
             return x.new_ones(())
+        if torch.compiler.is_compiling():  # one reduction; a select where nan_to_num is three
+            fin = torch.isfinite(x.abs().amax()).to(x.dtype)
+            x.copy_(torch.where(torch.isfinite(x), x, x.new_zeros(())))
+            return fin
         lo, hi = torch.aminmax(x)
         fin = (torch.isfinite(lo) & torch.isfinite(hi)).to(x.dtype)
         torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
