@@ -800,13 +800,17 @@ class Spectra(torch.optim.Optimizer):
         return (torch.isfinite(lr) & (lr >= 0)).float()
 
     @staticmethod
+    def _clips(group: dict) -> bool:
+        """Whether the group's threshold ``c`` is used: a matrix post-transform or the vector clip."""
+        return POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"]
+
+    @staticmethod
     def _schedule_step(group: dict) -> int:
         """The step index ``k`` for the group's clip schedules in an eager step: ``int(steps_taken)`` when a
         schedule in use depends on it (an ``inverse_lr`` warm-up with ``warmup_steps > 0``, or a decay), else
         ``warmup_steps`` (where such a schedule is constant, ``c_k = c``), so that the counter is not read.
         Reading it costs no device sync (the counter lives on the CPU)."""
-        matrix_clip = POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"]
-        scheds = ([group["c_schedule"]] if matrix_clip else []) + (
+        scheds = ([group["c_schedule"]] if Spectra._clips(group) else []) + (
             [group["pre_c_schedule"]] if group["pre_c"] is not None else [])
         if any(reads_step(s, group["warmup_steps"]) for s in scheds):
             return int(group["steps_taken"])
@@ -823,17 +827,18 @@ class Spectra(torch.optim.Optimizer):
         value bit for bit), so that the traced step reads neither on the host (no graph break, no recompile);
         the other thresholds stay the constant floats."""
         if torch.compiler.is_compiling():
-            matrix_clip = POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"]
             warmup = group["warmup_steps"]
-            c, sched = group["c"], group["c_schedule"]
-            c_k = traced_threshold(c, group, sched) if matrix_clip and c != math.inf and reads_step(
-                sched, warmup) else clip_threshold(c, warmup, 0.0, group["peak_lr"], warmup, sched)
-            pre_c, sched = group["pre_c"], group["pre_c_schedule"]
+
+            def traced(value, sched, used):  # constant thresholds as the eager step's (k = warmup: c_k = c)
+                if used and value != math.inf and reads_step(sched, warmup):
+                    return traced_threshold(value, group, sched)
+                return clip_threshold(value, warmup, 0.0, group["peak_lr"], warmup, sched)
+
+            pre_c = group["pre_c"]
+            c_k = traced(group["c"], group["c_schedule"], cls._clips(group))
             if pre_c is None or pre_c == math.inf:
                 return c_k, None
-            if reads_step(sched, warmup):
-                return c_k, traced_threshold(pre_c, group, sched)
-            return c_k, clip_threshold(pre_c, warmup, 0.0, group["peak_lr"], warmup, sched)
+            return c_k, traced(pre_c, group["pre_c_schedule"], True)
         k, lr = cls._schedule_step(group), group["lr"]
         # the warm-up rule c_k = c peak_lr / lr_k needs lr_k's value: a tensor lr is read during warm-up only
         lr_c = float(lr) if isinstance(lr, torch.Tensor) and k < group["warmup_steps"] else lr
