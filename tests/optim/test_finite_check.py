@@ -1,0 +1,99 @@
+"""The eager CPU non-finite check of the step (``Spectra._finite_flag``): per-gradient ``aminmax`` written into a
+buffer kept across steps. Checked against a brute-force float64 oracle (every entry finite and at most
+``GRAD_BOUND`` in magnitude, compared in the gradient's dtype as the check does) on adversarial entries, with the
+buffer reused across calls whose gradient count, dtype and verdict change."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import spectrakit.optim as O
+from spectrakit.optim.spectra import GRAD_BOUND
+
+SHAPES = [(7, 5), (), (4,), (3, 2, 2), (1, 1), (64,)]
+
+
+def _oracle(grads: list[torch.Tensor]) -> float:
+    """1.0 iff every entry of every gradient is finite and ``|g| <= GRAD_BOUND`` (the bound rounded to the
+    gradient's dtype, as a comparison with a Python number is), entry by entry in float64."""
+    for g in grads:
+        bound = torch.tensor(GRAD_BOUND, dtype=g.dtype).double().item()
+        for x in g.double().reshape(-1).tolist():
+            if not math.isfinite(x) or abs(x) > bound:
+                return 0.0
+    return 1.0
+
+
+def _adversarial(dtype: torch.dtype) -> list[float]:
+    b = torch.tensor(GRAD_BOUND, dtype=dtype)
+    above = torch.nextafter(b, torch.tensor(math.inf, dtype=dtype)).item()
+    return [math.nan, math.inf, -math.inf, b.item(), -b.item(), above, -above, -0.0,
+            torch.finfo(dtype).tiny / 4, torch.finfo(dtype).max, -torch.finfo(dtype).max]
+
+
+def _opt() -> O.Spectra:
+    return O.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1, momentum=0.9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_flag_equals_oracle_on_adversarial_entries(dtype):
+    """Every adversarial value at the first, a middle and the last entry of each gradient in turn, alternating
+    with clean calls (the buffer of the previous verdict must not leak into the next one)."""
+    opt = _opt()
+    gen = torch.Generator().manual_seed(0)
+    clean = [torch.randn(s, generator=gen, dtype=torch.float64).to(dtype) * 1e3 for s in SHAPES]
+    seen = set()
+    for value in _adversarial(dtype):
+        for i, g in enumerate(clean):
+            for pos in sorted({0, g.numel() // 2, g.numel() - 1}):
+                grads = [x.clone() for x in clean]
+                grads[i].view(-1)[pos] = value
+                flag = opt._finite_flag(grads)
+                assert flag.dtype == torch.float32 and flag.shape == ()
+                assert float(flag) == _oracle(grads), (value, i, pos)
+                seen.add(float(flag))
+                assert float(opt._finite_flag(clean)) == 1.0
+    assert seen == {0.0, 1.0}
+
+
+def test_buffer_follows_changing_gradient_lists():
+    """The gradient count and dtype change from call to call (a parameter without a gradient, a new group of
+    another dtype): the flag still equals the oracle; mixed dtypes take the stacked form."""
+    opt = _opt()
+    gen = torch.Generator().manual_seed(1)
+    lists = []
+    for n in (3, 6, 1, 6, 3):
+        for dtype in (torch.float32, torch.float64):
+            lists.append([torch.randn(SHAPES[k], generator=gen, dtype=torch.float64).to(dtype) for k in range(n)])
+    lists.append([torch.randn(4), torch.randn(3, dtype=torch.float64), torch.randn(2).bfloat16()])
+    for k, grads in enumerate(lists * 2):
+        if k % 3 == 1:
+            grads = [g.clone() for g in grads]
+            grads[-1].view(-1)[0] = (math.nan, math.inf, -math.inf, 4 * GRAD_BOUND)[k % 4]
+        assert float(opt._finite_flag(grads)) == _oracle(grads), k
+
+
+def test_steps_after_a_skip_use_fresh_flags():
+    """A skipped step (a nan gradient) followed by clean steps: each clean step moves the parameters, the
+    skipped one leaves parameters and momentum exactly as they were, and one skip is counted."""
+    gen = torch.Generator().manual_seed(2)
+    params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in SHAPES]
+    opt = O.SGD(params, lr=0.1, momentum=0.9)
+    for k in range(4):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        if k == 1:
+            params[3].grad[1, 0, 1] = math.nan
+        before = [p.detach().clone() for p in params]
+        moments = [opt.state[p]["momentum_buffer"].clone() for p in params] if k else None
+        opt.step()
+        moved = [not torch.equal(p, b) for p, b in zip(params, before)]
+        if k == 1:
+            assert not any(moved)
+            assert all(torch.equal(opt.state[p]["momentum_buffer"], m) for p, m in zip(params, moments))
+        else:
+            assert all(moved)
+    assert int(opt.skipped_steps) == 1
