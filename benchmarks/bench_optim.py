@@ -31,6 +31,12 @@ CPU, fused on CUDA), in interleaved rounds, medians of the per-round ratios; the
 compile; set ``TORCHINDUCTOR_CACHE_DIR`` to an empty folder for a cold compile, else inductor's caches shorten
 it), graph breaks (``torch._dynamo.explain`` of a twin optimizer) and recompiles over the timed calls.
 
+``--parity-widths 192,256,512,1024``: the eager step of the plain AdamW, SGD, Lion and Signum presets against
+torch's AdamW / SGD (foreach and fused), interleaved rounds, medians of the per-round ratios, and the non-finite
+check of a step alone (the part of a checked AdamW/SGD step beyond torch's fused kernel). ``--clock cpu`` times
+by this thread's CPU time instead of the wall clock: on a machine shared with other jobs the wall time of a step
+also counts the time the process waited for a core, which made the parts of a step seem not to add up.
+
 Usage: ``python benchmarks/bench_optim.py`` (GPU: the 124M LLaMA preset, d = 768, 12 layers, SwiGLU 2048,
 untied 50304 vocab; CPU: the ``small`` preset, d = 192, 2 layers, hidden 512, vocab 2048).
 """
@@ -41,6 +47,7 @@ import argparse
 import math
 import os
 import sys
+import time
 
 import torch
 
@@ -503,6 +510,10 @@ PARITY = {
 }
 
 
+# the non-finite check of a step alone (the per-gradient aminmax and the flag), timed in the parity rounds
+CHECK = "non-finite check alone"
+
+
 def _parity_makers(device: str) -> dict:
     """Every optimizer of the eager-parity rounds: torch AdamW / SGD (momentum 0.9) foreach and, where torch
     has it on ``device``, fused; our presets of :data:`PARITY` (an option this version of spectrakit lacks
@@ -518,10 +529,22 @@ def _parity_makers(device: str) -> dict:
     return makers
 
 
-def bench_parity(widths, device: str, reps: int) -> list[dict]:
+def _cpu_time_ms(fn) -> float:
+    """CPU time of this thread during ``fn()`` in ms: on a shared machine the wall time also counts the time
+    the process waited for a core (memory stalls are CPU time, so a memory-bound step is still measured)."""
+    t0 = time.thread_time()
+    fn()
+    return (time.thread_time() - t0) * 1e3
+
+
+def bench_parity(widths, device: str, reps: int, clock: str = "wall") -> list[dict]:
     """Eager step of the plain presets against torch at each width: one step of every optimizer per round
     (interleaved rounds), medians of the per-round ratios. AdamW and SGD against torch's AdamW / SGD
-    (momentum 0.9), foreach and fused; Lion and Signum (no torch counterpart) against torch AdamW."""
+    (momentum 0.9), foreach and fused; Lion and Signum (no torch counterpart) against torch AdamW. Also the
+    non-finite check alone (what a checked AdamW / SGD step does beyond torch's fused kernel), timed on the
+    AdamW optimizer's gradients in the same rounds. ``clock``: ``"wall"`` (device-synchronised wall time) or
+    ``"cpu"`` (this thread's CPU time, CPU device only)."""
+    timer = _cpu_time_ms if clock == "cpu" else (lambda fn: time_fn(fn, device, warmup=0, reps=1))
     rows = []
     for d in widths:
         shapes = width_shapes(d)
@@ -539,10 +562,14 @@ def bench_parity(widths, device: str, reps: int) -> list[dict]:
             except (TypeError, RuntimeError) as e:  # an option or a fused kernel this version lacks
                 print(f"d={d}: {name} left out ({str(e).splitlines()[0][:120]})")
                 opts.pop(name, None)
-        times = {name: [] for name in opts}
+        calls = {name: opt.step for name, opt in opts.items()}
+        if "AdamW" in opts and hasattr(opts["AdamW"], "_finite_flag"):
+            checked = [p.grad for g in opts["AdamW"].param_groups for p in g["params"]]
+            calls[CHECK] = lambda o=opts["AdamW"], gs=checked: o._finite_flag(gs)
+        times = {name: [] for name in calls}
         for _ in range(reps):
-            for name, opt in opts.items():
-                times[name].append(time_fn(opt.step, device, warmup=0, reps=1))
+            for name, fn in calls.items():
+                times[name].append(timer(fn))
 
         def med(xs):
             return sorted(xs)[len(xs) // 2]
@@ -550,10 +577,10 @@ def bench_parity(widths, device: str, reps: int) -> list[dict]:
         def ratio(a, b, times=times):
             return med([x / y for x, y in zip(times[a], times[b])]) if b in times else float("nan")
 
-        for name in opts:
+        for name in calls:
             if name.startswith("torch"):
                 continue
-            ref = "torch SGD" if PARITY[name][0] == "SGD" else "torch AdamW"
+            ref = "torch SGD" if name in PARITY and PARITY[name][0] == "SGD" else "torch AdamW"
             rows.append({"d": d, "optimizer": name, "step ms": med(times[name]), "torch": ref,
                          "torch foreach ms": med(times[f"{ref} (foreach)"]),
                          "torch fused ms": med(times[f"{ref} (fused)"]) if f"{ref} (fused)" in times else float("nan"),
@@ -589,6 +616,9 @@ def main() -> None:
     parser.add_argument("--parity-widths", default=None,
                         help="comma-separated widths: eager step of AdamW, SGD, Lion, Signum against torch's AdamW / "
                              "SGD (foreach and fused), interleaved rounds, medians of per-round ratios")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="with --parity-widths: time each step by wall clock, or by this thread's CPU time "
+                             "(CPU device only; on a shared machine it leaves out the time spent waiting for a core)")
     parser.add_argument("--compile-widths", default=None,
                         help="comma-separated widths: eager and torch.compile-d steps of --presets and their torch "
                              "counterparts, compile time, graph breaks, recompiles")
@@ -605,18 +635,22 @@ def main() -> None:
     if args.parity_widths:
         widths = parse_widths(parser, args.parity_widths, "--parity-widths")
         load = os.getloadavg()
-        rows = bench_parity(widths, args.device, args.reps)
+        if args.clock == "cpu" and not args.device.startswith("cpu"):
+            parser.error(f"--clock cpu needs --device cpu, got --device {args.device}")
+        rows = bench_parity(widths, args.device, args.reps, args.clock)
         env = environment()
         text = (
             f"### optim: eager parity of the plain presets with torch (2-layer LLaMA, vocab 2048), interleaved "
             f"rounds\n\ndevice: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · "
+            f"clock {args.clock} · "
             f"{env['date']} · load average {load[0]:.1f} (start), {os.getloadavg()[0]:.1f} (end)\n\n"
             f"command: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
         )
         print(text)
         if not args.no_write:
             key = "cuda" if args.device.startswith("cuda") else "cpu"
-            write_section(f"optim-parity-{key}-{args.parity_widths}", text)
+            clock = "" if args.clock == "wall" else f"-{args.clock}"
+            write_section(f"optim-parity-{key}-{args.parity_widths}{clock}", text)
         return
     if args.compile_widths:
         widths = parse_widths(parser, args.compile_widths, "--compile-widths")
