@@ -235,7 +235,8 @@ class Spectra(torch.optim.Optimizer):
             1e-3 relative accuracy of the polar routes, tested on spiked and rank-deficient directions).
         check_finite: True (default): a step whose checked gradients hold an inf/nan (or an entry above
             ``GRAD_BOUND``) is skipped and counted (module docstring); the check reads every gradient once
-            (``aminmax``), a separate read pass that costs 20-45% of torch's fused AdamW/SGD step on a CPU.
+            (``aminmax``), a separate read pass that costs about a third of torch's fused AdamW step and half
+            its fused SGD step on a CPU.
             False: this group's gradients are not checked and its step is never skipped for them, as in
             ``torch.optim`` (a bad gradient then reaches the parameters); the faster choice where the gradients
             are known finite (e.g. checked by a ``GradScaler`` or a gradient-norm clip beforehand).
