@@ -175,6 +175,18 @@ def test_world_size_one_is_bitwise_the_plain_optimizer(workers, name):
             assert torch.equal(v, sd_b["state"][k][key])
 
 
+def test_world_size_one_with_one_matrix_per_batch_is_bitwise_the_plain_optimizer(workers):
+    """``max_batch_numel=1``: the two (16, 16) matrices of one shape bucket go in batches of one; the sharded
+    class still equals the plain one bit for bit."""
+    a, b = workers.make_model(), workers.make_model()
+    kw = dict(workers.OPT_KW["SpectraAdamW"], max_batch_numel=1)
+    opt_a, opt_b = O.SpectraAdamW(a.parameters(), **kw), sharded(O.SpectraAdamW)(b.parameters(), **kw)
+    workers.train_steps(a, opt_a, 0, 3)
+    workers.train_steps(b, opt_b, 0, 3)
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), n
+
+
 def test_step_hooks_run_once_per_step():
     O.SpectraAdamW([torch.nn.Parameter(torch.randn(2, 2))])  # patches SpectraAdamW.step with torch's hooks
     p = torch.nn.Parameter(torch.randn(4, 4))
