@@ -101,11 +101,12 @@ def test_wheel_builds_installs_and_imports(tmp_path):
     py = str(venv / "bin" / "python")
     _see_running_site_packages(py)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OMP_NUM_THREADS": "1"}
-    # the running interpreter's pip installs into the new environment (pip is not in it: --without-pip)
-    # (--no-compile: the check below imports the installed modules once; no index or resolver is consulted)
+    # the running interpreter's pip (the environment has none: --without-pip; the .pth above shows it), run by
+    # the new environment's interpreter, installs into it: what ``pip --python`` does after a first start of
+    # its own (--no-compile: the check below imports the installed modules once; no index or resolver is
+    # consulted)
     quiet = ["-q", "--disable-pip-version-check", "--no-input", "--no-compile", "--no-deps", "--no-index"]
-    subprocess.run([sys.executable, "-m", "pip", "--python", py, "install", *quiet, str(wheel)],
-                   check=True, env=env, cwd=tmp_path)
+    subprocess.run([py, "-m", "pip", "install", *quiet, str(wheel)], check=True, env=env, cwd=tmp_path)
     out = subprocess.run([py, "-c", CHECK], check=True, env=env, cwd=tmp_path, capture_output=True, text=True)
     version, help_text = out.stdout.split("\n", 1)
     assert version == spectrakit.__version__

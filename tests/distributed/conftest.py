@@ -21,8 +21,3 @@ def workers(load_module):
 @pytest.fixture(scope="session", params=[2, 3], ids=["ws2", "ws3"])
 def exchange_results(request):
     return request.param, run_workers(f"{WORKERS}:exchange_suite", request.param, timeout=120)
-
-
-@pytest.fixture(scope="session")
-def optim_results(tmp_path_factory):
-    return run_workers(f"{WORKERS}:optim_suite", 2, args=(str(tmp_path_factory.mktemp("dcp")),), timeout=150)

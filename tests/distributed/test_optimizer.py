@@ -3,20 +3,39 @@
 2 gloo processes, ``workers.STEPS`` steps, AdamW / SpectraAdamW / SpectraSignum / Muon under DDP (post-transform split
 across ranks, results exchanged) and FSDP2 (DTensor shards, all-to-all to the owner and back), plus HSDP
 (2-D mesh), distributed checkpoint -> resume (bit-identical), and the refusals of unsupported layouts.
-The reference runs in this process with the plain ``spectrakit.optim`` classes."""
+The reference runs in this process with the plain ``spectrakit.optim`` classes. The distributed runs are two
+launches of about the same cost (``optim_results``, ``resume_results``): neither test that starts one waits for
+all of them."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 
 import spectrakit.optim as O
-from spectrakit.distributed import DistributedSpectra, sharded
+from spectrakit.distributed import DistributedSpectra, run_workers, sharded
+
+WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers.py")
 
 pytestmark = pytest.mark.distributed
 
 NAMES = ["AdamW", "SpectraAdamW", "SpectraSignum", "Muon"]
 N_MATRICES = 6  # conv, fc1, fc2, fc3, fc4, out
+
+
+@pytest.fixture(scope="module")
+def optim_results():
+    """Per rank: the equivalence runs (DDP, FSDP2, HSDP), the non-finite skip and the refusals."""
+    return run_workers(f"{WORKERS}:optim_suite", 2, timeout=150)
+
+
+@pytest.fixture(scope="module")
+def resume_results(tmp_path_factory):
+    """Per rank: the compiled sharded step, and the checkpoint -> resume runs."""
+    return run_workers(f"{WORKERS}:optim_resume_suite", 2, args=(str(tmp_path_factory.mktemp("dcp")),),
+                       timeout=150)
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +84,15 @@ def test_fsdp2_states_are_dtensors(optim_results, name):
     assert "DTensor" in optim_results[0][(name, "fsdp2", "state_types")]
 
 
-def test_compiled_step_runs_eagerly_with_the_same_numbers(optim_results):
+def test_compiled_step_runs_eagerly_with_the_same_numbers(optim_results, resume_results):
     """``torch.compile(opt.step)`` of a sharded optimizer over 4 steps: the step is not traced (it runs
     eagerly, as torch's fused optimizers do): no graph, one skip at the step inside ``torch.optim``'s hook
     wrapper, no recompilation, and the eager step's numbers bit for bit."""
     for r in range(2):
         eager = optim_results[r][("SpectraAdamW", "fsdp2")]
-        compiled = optim_results[r][("SpectraAdamW", "fsdp2", "compiled")]
+        compiled = resume_results[r][("SpectraAdamW", "fsdp2", "compiled")]
         assert all(torch.equal(compiled[n], eager[n]) for n in eager)
-        counters = optim_results[r]["compiled_counters"]
+        counters = resume_results[r]["compiled_counters"]
         assert counters.get("stats", {}).get("unique_graphs", 0) == 0, counters
         breaks = counters.get("graph_break", {})
         assert sum(breaks.values()) <= 1, breaks  # the skip (how torch counts it varies by version)
@@ -88,9 +107,9 @@ def test_hsdp_2d_mesh_matches_single_process(optim_results, references):
 
 
 @pytest.mark.parametrize("name", ["SpectraAdamW", "Muon"])
-def test_checkpoint_resume_is_bit_identical(workers, optim_results, name):
+def test_checkpoint_resume_is_bit_identical(workers, resume_results, name):
     for r in range(2):
-        uninterrupted, resumed, control, step, steps_taken = optim_results[r][("ckpt", name)]
+        uninterrupted, resumed, control, step, steps_taken = resume_results[r][("ckpt", name)]
         for n in uninterrupted:
             assert torch.equal(uninterrupted[n], resumed[n]), n
         # the control lost the optimizer state at the checkpoint's step: it must differ (the check can fail)
@@ -154,6 +173,18 @@ def test_world_size_one_is_bitwise_the_plain_optimizer(workers, name):
     for k in sd_a["state"]:
         for key, v in sd_a["state"][k].items():
             assert torch.equal(v, sd_b["state"][k][key])
+
+
+def test_world_size_one_with_one_matrix_per_batch_is_bitwise_the_plain_optimizer(workers):
+    """``max_batch_numel=1``: the two (16, 16) matrices of one shape bucket go in batches of one; the sharded
+    class still equals the plain one bit for bit."""
+    a, b = workers.make_model(), workers.make_model()
+    kw = dict(workers.OPT_KW["SpectraAdamW"], max_batch_numel=1)
+    opt_a, opt_b = O.SpectraAdamW(a.parameters(), **kw), sharded(O.SpectraAdamW)(b.parameters(), **kw)
+    workers.train_steps(a, opt_a, 0, 3)
+    workers.train_steps(b, opt_b, 0, 3)
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p, q), n
 
 
 def test_step_hooks_run_once_per_step():

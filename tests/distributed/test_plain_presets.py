@@ -5,12 +5,15 @@ ranks: they take the sharded path themselves, equal to the single process and bi
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import torch
 
 import spectrakit.optim as O
 from spectrakit.distributed.launch import run_workers
+
+from ..forked_ranks import fork_ranks
 
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers.py")
 
@@ -46,6 +49,10 @@ def test_whole_tensor_base_names_layout_and_fix(results):
 
 ONLY_OPTIM = """
 import sys, tempfile, torch, torch.distributed as dist
+# forked from the fork server, which has imported parts of the distributed layer and of the training loop: out of
+# the module table, so that any import of them below (which the check must catch) runs again and shows
+for name in [m for m in sys.modules if m.startswith(("spectrakit.distributed", "spectrakit.train"))]:
+    del sys.modules[name]
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from spectrakit.optim import SpectraAdamW
@@ -72,15 +79,13 @@ print(type(opt).__name__, type(ref_opt).__name__, diff, loaded)
 
 def test_plain_preset_takes_the_sharded_path_with_only_optim_imported(tmp_path):
     """The switch to the sharded step needs nothing but ``spectrakit.optim`` (no distributed layer loaded):
-    one gloo rank, FSDP2 parameters, the same numbers as the plain optimizer on plain tensors."""
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", ONLY_OPTIM], env=env, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=600)
+    one gloo rank, FSDP2 parameters, the same numbers as the plain optimizer on plain tensors. The process is
+    forked from the fork server (torch imported once; ``fork_ranks``), its table of loaded modules emptied of
+    the distributed layer and the training loop first."""
+    script = tmp_path / "only_optim.py"
+    script.write_text(ONLY_OPTIM)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out, _ = fork_ranks([sys.executable, str(script)], [env], str(tmp_path), timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     name, ref_name, diff, loaded = out.stdout.split(maxsplit=3)
     assert (name, ref_name) == ("ShardedSpectraAdamW", "SpectraAdamW")

@@ -203,10 +203,12 @@ def exchange_suite(rank: int, ws: int) -> dict:
 # ---------------------------------------------------------------------------------------------- optimizer
 
 
-def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
+def optim_suite(rank: int, ws: int) -> dict:
+    """The sharded optimizers against one process (DDP, FSDP2, HSDP), the non-finite skip and the refusals.
+    The compiled step and the checkpoints are in ``optim_resume_suite``: a second launch of about the same
+    cost, so that neither fixture's test waits for the whole suite."""
     import spectrakit.optim as O
     import spectrakit.optim.transforms as T
-    from spectrakit.distributed.checkpoint import load_checkpoint, save_checkpoint
     from spectrakit.optim.sharding.optimizer import sharded
 
     counts = {"matrices": 0}
@@ -238,6 +240,42 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
                 st = opt.state[next(iter(model.parameters()))]
                 res[(cls_name, mode, "state_types")] = sorted({type(v).__name__ for v in st.values()})
 
+    # HSDP-style 2-D mesh (Replicate, Shard(0)) for one optimizer
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh2 = init_device_mesh("cpu", (1, ws), mesh_dim_names=("replicate", "shard"))
+    model = fsdp_wrap(make_model(), mesh=mesh2)
+    opt = sharded(O.SpectraAdamW)(model.parameters(), **OPT_KW["SpectraAdamW"])
+    train_steps(model, opt, 0, STEPS, rank, ws)
+    res[("SpectraAdamW", "hsdp")] = full_params(model)
+
+    # a non-finite gradient in ONE rank's shard: every rank must skip the step (the flag is all-reduced)
+    model = fsdp_wrap(make_model())
+    opt = sharded(O.SpectraAdamW)(model.parameters(), **OPT_KW["SpectraAdamW"])
+    train_steps(model, opt, 0, 2, rank, ws)
+    before = full_params(model)
+    x, y = batch(2)
+    opt.zero_grad()
+    loss_fn(model, x.chunk(ws)[rank], y.chunk(ws)[rank]).backward()
+    if rank == ws - 1:
+        model.fc1.weight.grad.to_local()[0, 0] = float("inf")
+    opt.step()
+    after = full_params(model)
+    res["nonfinite_one_rank"] = (all(torch.equal(before[n], after[n]) for n in before),
+                                 int(opt.skipped_steps), opt.param_groups[0]["steps_taken"])
+
+    # unsupported layouts and options -> clear errors
+    res["errors"] = optim_errors(rank, ws)
+    return res
+
+
+def optim_resume_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
+    """``torch.compile`` of a sharded step, and distributed checkpoint -> resume (``optim_suite``'s other half)."""
+    import spectrakit.optim as O
+    from spectrakit.distributed.checkpoint import load_checkpoint, save_checkpoint
+    from spectrakit.optim.sharding.optimizer import sharded
+
+    res: dict = {}
     # torch.compile(opt.step) of a sharded optimizer runs the eager step (not traced): the same numbers as
     # the eager FSDP2 run, nothing compiled
     import torch._dynamo as dynamo
@@ -250,15 +288,6 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
     train_steps(model, opt, 0, STEPS, rank, ws)
     res[("SpectraAdamW", "fsdp2", "compiled")] = full_params(model)
     res["compiled_counters"] = {k: dict(v) for k, v in dynamo.utils.counters.items()}
-
-    # HSDP-style 2-D mesh (Replicate, Shard(0)) for one optimizer
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh2 = init_device_mesh("cpu", (1, ws), mesh_dim_names=("replicate", "shard"))
-    model = fsdp_wrap(make_model(), mesh=mesh2)
-    opt = sharded(O.SpectraAdamW)(model.parameters(), **OPT_KW["SpectraAdamW"])
-    train_steps(model, opt, 0, STEPS, rank, ws)
-    res[("SpectraAdamW", "hsdp")] = full_params(model)
 
     # checkpoint -> resume -> continue, bit-identical; control: a fresh optimizer without loading
     for cls_name in ("SpectraAdamW", "Muon"):
@@ -281,24 +310,6 @@ def optim_suite(rank: int, ws: int, ckpt_dir: str) -> dict:
         train_steps(model3, opt3, CKPT_STEP, STEPS, rank, ws)
         res[("ckpt", cls_name)] = (uninterrupted, full_params(model2), full_params(model3),
                                    int(extra["step"]), opt2.param_groups[0]["steps_taken"])
-
-    # a non-finite gradient in ONE rank's shard: every rank must skip the step (the flag is all-reduced)
-    model = fsdp_wrap(make_model())
-    opt = sharded(O.SpectraAdamW)(model.parameters(), **OPT_KW["SpectraAdamW"])
-    train_steps(model, opt, 0, 2, rank, ws)
-    before = full_params(model)
-    x, y = batch(2)
-    opt.zero_grad()
-    loss_fn(model, x.chunk(ws)[rank], y.chunk(ws)[rank]).backward()
-    if rank == ws - 1:
-        model.fc1.weight.grad.to_local()[0, 0] = float("inf")
-    opt.step()
-    after = full_params(model)
-    res["nonfinite_one_rank"] = (all(torch.equal(before[n], after[n]) for n in before),
-                                 int(opt.skipped_steps), opt.param_groups[0]["steps_taken"])
-
-    # unsupported layouts and options -> clear errors
-    res["errors"] = optim_errors(rank, ws)
     return res
 
 
