@@ -13,42 +13,38 @@ import spectrakit.optim
 
 HEAVY = ("torch._dynamo", "torch.distributed.checkpoint", "torch.distributed.tensor", "spectrakit.optim.sharding")
 
-# one launch, several stages; each prints the heavy modules loaded so far
+# one launch (a fresh interpreter: the test process has all of these loaded), two stages
 _PROBE = f"""
 import sys
 heavy = {HEAVY!r}
-def loaded(stage):
-    print(stage, *[m for m in heavy if m in sys.modules], sep=",")
 import spectrakit.cli
-loaded("cli")
+print("cli", *[m for m in heavy if m in sys.modules], sep=",")
 import spectrakit.optim
-loaded("optim")
-import torch
-p = torch.nn.Parameter(torch.randn(6, 4))
-opt = spectrakit.optim.SpectraAdamW([p], lr=0.1)
-p.grad = torch.randn(6, 4)
-opt.step()
-loaded("step")
-print("type", type(opt).__name__, sep=",")
-sharding = spectrakit.optim.sharding
-loaded("asked")
-print("type", spectrakit.optim.Spectra._sharded_class(spectrakit.optim.AdamW).__name__, sep=",")
+print("optim", *[m for m in heavy if m in sys.modules], sep=",")
 """
 
 
 def test_start_up_imports_stay_light():
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, check=True).stdout
-    lines = [line.split(",") for line in out.split()]
-    assert lines == [
-        ["cli"],
-        ["optim"],
-        # torch.optim.Optimizer.add_param_group loads torch._dynamo (and with it DTensor) itself; a plain
-        # optimizer on plain tensors still leaves the sharding module out
-        ["step", "torch._dynamo", "torch.distributed.tensor"],
-        ["type", "SpectraAdamW"],
-        ["asked", "torch._dynamo", "torch.distributed.tensor", "spectrakit.optim.sharding"],  # asked by name
-        ["type", "ShardedAdamW"],
-    ], out
+    assert [line.split(",") for line in out.split()] == [["cli"], ["optim"]], out
+
+
+def test_plain_tensors_never_ask_for_the_sharded_class(monkeypatch):
+    """Building and stepping an optimizer on plain tensors never reaches the sharded class (whose first use
+    imports the sharding module); a DTensor parameter does (tests/distributed/test_plain_presets.py)."""
+    import torch
+
+    def fail(cls):
+        raise AssertionError(f"sharded class asked for {cls.__name__} on plain tensors")
+
+    monkeypatch.setattr(spectrakit.optim.Spectra, "_sharded_class", staticmethod(fail))
+    p = torch.nn.Parameter(torch.randn(6, 4))
+    for cls in (spectrakit.optim.SpectraAdamW, spectrakit.optim.Muon):
+        opt = cls([p], lr=0.1)
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.randn(3))]})
+        p.grad = torch.randn(6, 4)
+        opt.step()
+        assert type(opt) is cls
 
 
 def test_sharded_class_hook_is_the_sharding_modules():
