@@ -10,8 +10,11 @@
 - :func:`param_groups`: the parameter groups of any ``nn.Module`` (which parameters get the spectral update,
   which the AdamW side groups), with a readable summary (:func:`print_param_groups`).
 - :mod:`.sharding`: the step for parameters spread over ranks; a plain optimizer given FSDP2 (DTensor)
-  parameters takes it by itself (re-exported by :mod:`spectrakit.distributed`).
+  parameters takes it by itself (re-exported by :mod:`spectrakit.distributed`). It is loaded on first use
+  (it needs DTensor and ``torch._dynamo``, seconds to import), not by ``import spectrakit.optim``.
 """
+
+import importlib
 
 from spectrakit.optim.bases import BASES
 from spectrakit.optim.groups import ParamGroups as ParamGroups  # a list of groups, not an optimizer
@@ -33,9 +36,25 @@ from spectrakit.optim.presets import (
     SpectraSignum,
 )
 from spectrakit.optim.schedules import clip_threshold, make_schedule
-from spectrakit.optim.sharding import sharded as _sharded  # noqa: F401 (gives Spectra its DTensor path)
 from spectrakit.optim.spectra import Spectra
 from spectrakit.optim.transforms import POST_TRANSFORMS, update_scale
+
+
+def _sharded_class(optimizer_cls: type) -> type:
+    """``spectrakit.optim.sharding.sharded(optimizer_cls)``, importing that module on first use."""
+    from spectrakit.optim.sharding import sharded
+
+    return sharded(optimizer_cls)
+
+
+Spectra._sharded_class = staticmethod(_sharded_class)  # FSDP2 parameters in a plain optimizer
+
+
+def __getattr__(name: str):
+    """``spectrakit.optim.sharding`` as an attribute, imported when first asked for."""
+    if name == "sharding":
+        return importlib.import_module("spectrakit.optim.sharding")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "BASES",

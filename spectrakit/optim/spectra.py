@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from itertools import chain, product
 
 import torch
@@ -356,8 +357,8 @@ class Spectra(torch.optim.Optimizer):
         self._validate(group)
         self._take_sharded_path(group)
 
-    # ``sharded(cls)`` of :mod:`spectrakit.optim.sharding`, which sets it when imported (``spectrakit.optim``
-    # imports it, so it is always set): that module builds on this one, which therefore cannot import it.
+    # ``sharded(cls)`` of :mod:`spectrakit.optim.sharding`, set by the ``spectrakit.optim`` package (always
+    # imported first), which loads that module on first use: it builds on this one, so cannot be imported here.
     _sharded_class = None
     # presets named after a published optimizer keep its arithmetic: bf16 stays bf16 even where emulated
     exact_bf16 = False
@@ -367,11 +368,8 @@ class Spectra(torch.optim.Optimizer):
         (same numbers as building that class; default ``process_group``/``replicated_exchange``), as
         ``torch.optim`` optimizers accept ``fully_shard``-ed parameters. Unsupported layouts raise the
         sharded optimizer's ``ValueError`` (naming the layout and the fix) at ``step()``."""
-        if not torch.distributed.is_available():
-            return
-        from torch.distributed.tensor import DTensor
-
-        if not any(isinstance(p, DTensor) for p in group["params"]):
+        dtensor = sys.modules.get("torch.distributed.tensor")  # not imported yet: no DTensor can exist
+        if dtensor is None or not any(isinstance(p, dtensor.DTensor) for p in group["params"]):
             return
         cls = self._sharded_class(type(self))
         if cls is type(self):  # already the sharded version

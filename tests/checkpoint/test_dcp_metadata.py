@@ -12,7 +12,6 @@ import types
 
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp_pkg
 
 from spectrakit.checkpoint import METADATA_GLOBALS, CheckpointError, check_metadata, load_dcp, save_dcp
 
@@ -24,6 +23,8 @@ DANGEROUS = ("os", "posix", "nt", "subprocess", "builtins", "shutil")
 def _allowed_modules() -> list[str]:
     """Every module the allow-list names, plus every module of ``torch.distributed.checkpoint`` (a prefix
     rule on that package was the original hole)."""
+    import torch.distributed.checkpoint as dcp_pkg  # ~2.5 s with its submodules: paid by these tests only
+
     names = {m for m, _ in METADATA_GLOBALS} | {"torch", dcp_pkg.__name__}
     for info in pkgutil.walk_packages(dcp_pkg.__path__, dcp_pkg.__name__ + "."):
         try:
@@ -56,7 +57,10 @@ def _reachable_dangerous() -> list[tuple[str, str]]:
     return sorted(out)
 
 
-ATTACKS = _reachable_dangerous()
+@pytest.fixture(scope="module")
+def attacks() -> list[tuple[str, str]]:
+    """The reachable dangerous callables, enumerated once for this module's tests (not at collection)."""
+    return _reachable_dangerous()
 
 
 def _args(name: str, marker: str, src: str):
@@ -84,17 +88,17 @@ def payload(module: str, name: str, args: tuple) -> bytes:
     return b"\x80\x04" + enc(module) + enc(name) + b"\x93" + body + b"R."
 
 
-def test_the_attack_list_is_real(tmp_path):
+def test_the_attack_list_is_real(tmp_path, attacks):
     """The enumeration finds the known holes, and a payload built this way runs when unpickled freely (so the
     refusals below are refusals of live attacks)."""
-    assert ("torch.distributed.checkpoint.filesystem", "os.system") in ATTACKS
-    assert len(ATTACKS) > 500
+    assert ("torch.distributed.checkpoint.filesystem", "os.system") in attacks
+    assert len(attacks) > 500
     marker = tmp_path / "LIVE"
     pickle.loads(payload("torch.distributed.checkpoint.filesystem", "os.system", (f"touch {marker}",)))
     assert marker.exists()
 
 
-def test_every_reachable_dangerous_callable_is_refused(tmp_path):
+def test_every_reachable_dangerous_callable_is_refused(tmp_path, attacks):
     marker = str(tmp_path / "PWNED")
     src = tmp_path / "src.txt"
     src.write_text("x")
@@ -103,7 +107,7 @@ def test_every_reachable_dangerous_callable_is_refused(tmp_path):
     refused = 0
     # one open file rewritten in place for each attack (re-opening it with truncation cost ~3 ms each here)
     with open(folder / ".metadata", "wb") as f:
-        for module, name in ATTACKS:
+        for module, name in attacks:
             f.seek(0)
             f.write(payload(module, name, _args(name, marker, str(src))))
             f.truncate()
@@ -112,7 +116,7 @@ def test_every_reachable_dangerous_callable_is_refused(tmp_path):
                 check_metadata(folder)
             assert not os.path.lexists(marker), (module, name)
             refused += 1
-    assert refused == len(ATTACKS)
+    assert refused == len(attacks)
     assert sorted(os.listdir(tmp_path)) == ["ck", "src.txt"]  # nothing was created, moved or removed
 
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
 import pytest
-
-matplotlib.use("Agg")
-from matplotlib.figure import Figure  # noqa: E402
 
 
 @pytest.fixture
 def figures(monkeypatch):
+    """Every figure saved during the test, by file name (matplotlib, ~1.5 s to import, loaded here: only a
+    test process that runs these tests pays it)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
     saved = {}
     original = Figure.savefig
 

@@ -1,8 +1,6 @@
 """spectral_norm (power iteration) and subspace_distance against float64 oracles."""
 
-import numpy as np
 import pytest
-import scipy.linalg
 import torch
 
 from spectrakit.linalg import spectral_norm, subspace_distance
@@ -64,6 +62,9 @@ def test_spectral_norm_invalid():
 
 @pytest.mark.parametrize("m,r", [(30, 4), (64, 10)])
 def test_subspace_distance_vs_scipy_angles(m, r):
+    import numpy as np
+    import scipy.linalg  # ~1 s to import: only where this oracle runs
+
     u1, _ = torch.linalg.qr(torch.randn(m, r, dtype=torch.float64))
     u2, _ = torch.linalg.qr(torch.randn(m, r, dtype=torch.float64))
     ang = scipy.linalg.subspace_angles(u1.numpy(), u2.numpy())

@@ -79,15 +79,3 @@ def test_constant_mark_is_the_one_torch_sets():
     ours = {k: v for k, v in vars(bf16_matmul_fast).items() if k.startswith("_dynamo")}
     theirs = {k: v for k, v in vars(marked).items() if k.startswith("_dynamo")}
     assert ours == theirs == {"_dynamo_marked_constant": True}
-
-
-def test_cli_start_imports_neither_dynamo_nor_dcp():
-    """``import spectrakit.cli`` (every command-line start) loads neither torch._dynamo nor
-    torch.distributed.checkpoint (about 1 s each); they come when a command needs them."""
-    import subprocess
-    import sys
-
-    code = ("import sys, spectrakit.cli; print('torch._dynamo' in sys.modules, "
-            "'torch.distributed.checkpoint' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", "False"]

@@ -318,6 +318,3 @@ def sharded(optimizer_cls: type) -> type:
                                                  "across ranks (see spectrakit.optim.sharding.optimizer).",
                                       "__module__": __name__})
     return _CACHE[optimizer_cls]
-
-
-Spectra._sharded_class = staticmethod(sharded)  # FSDP2 parameters in a plain optimizer (Spectra.add_param_group)
