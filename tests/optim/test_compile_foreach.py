@@ -137,25 +137,6 @@ def _nodes(graph) -> int:
     return sum(1 for nd in graph.nodes if nd.op == "call_function")
 
 
-@pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("name", ["SpectraAdamW", pytest.param("SpectraSignum", marks=pytest.mark.soak)])
-def test_graph_grows_by_a_few_nodes_per_parameter(name, path):
-    """Nodes of the functionalized graph per extra same-shape matrix (SpectraAdamW 23-25 in the traced form,
-    28-29 before, with whole-buffer scatters; SpectraSignum 13-15, before 19-25): bounded, so that a longer
-    per-parameter form fails. The graph of the structure test below (``MATRICES`` same-shape matrices beside a
-    wide one and a vector) against one with a matrix fewer."""
-    bound = {"SpectraAdamW": 25, "SpectraSignum": 15}[name]
-    with _on(path):
-        gen = torch.Generator().manual_seed(0)
-        ps = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in FEWER]
-        for p in ps:
-            p.grad = torch.randn(p.shape, generator=gen)
-        fewer = _nodes(_aot_graph(getattr(O, name)(ps, lr=1e-2)))
-    dynamo.reset()
-    per_param = _nodes(_traced(name, path).graph) - fewer
-    assert 0 < per_param <= bound, per_param
-
-
 def _structure(graph, name):
     ops = collections.Counter(str(n.target) for n in graph.nodes if n.op == "call_function")
     scatters = {k: v for k, v in ops.items() if "scatter" in k}
@@ -185,6 +166,25 @@ def test_traced_step_is_multi_tensor_and_equals_eager_bitwise(name, path):
     t = _traced(name, path)
     _structure(t.graph, name)
     _assert_equals_eager(t)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", ["SpectraAdamW", pytest.param("SpectraSignum", marks=pytest.mark.soak)])
+def test_graph_grows_by_a_few_nodes_per_parameter(name, path):
+    """Nodes of the functionalized graph per extra same-shape matrix (SpectraAdamW 23-25 in the traced form,
+    28-29 before, with whole-buffer scatters; SpectraSignum 13-15, before 19-25): bounded, so that a longer
+    per-parameter form fails. The graph of the structure test above (``MATRICES`` same-shape matrices beside a
+    wide one and a vector) against one with a matrix fewer."""
+    bound = {"SpectraAdamW": 25, "SpectraSignum": 15}[name]
+    with _on(path):
+        gen = torch.Generator().manual_seed(0)
+        ps = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in FEWER]
+        for p in ps:
+            p.grad = torch.randn(p.shape, generator=gen)
+        fewer = _nodes(_aot_graph(getattr(O, name)(ps, lr=1e-2)))
+    dynamo.reset()
+    per_param = _nodes(_traced(name, path).graph) - fewer
+    assert 0 < per_param <= bound, per_param
 
 
 def _flag_copies(graph) -> int:
