@@ -96,12 +96,14 @@ def _traced(name, before, backend, shapes, nan, tensor_lr, kw) -> SimpleNamespac
 
 
 # The default tier's trace of each preset before its first step, read by the equality, graph-break and one-graph
-# tests (AdamW and SGD: the fused kernel's first configurations below; SpectraAdamW: with a tensor lr; AdEMAMix:
-# dynamo only, its longer trace functionalized in the soak tier)
+# tests (AdamW and SGD: the fused kernel's first configurations below; SpectraAdamW: with a tensor lr, over SHAPES,
+# the batches of same-shape matrices; AdEMAMix: dynamo only, its longer trace functionalized in the soak tier;
+# the others over a tall and a wide matrix and a vector: two matrix batches, as many as the transforms'
+# operator call gathers; the batching of same-shape matrices in a traced step is tests/optim/test_compile_foreach.py's)
 _PRESET = {
     "AdamW": dict(shapes=FUSED_SHAPES, weight_decay=0.1),
     "SGD": dict(shapes=FUSED_SHAPES, momentum=0.9, weight_decay=0.1),
-    "Lion": dict(shapes=SMALL), "Signum": dict(shapes=SMALL), "DMuon": dict(shapes=SMALL),
+    "Lion": dict(shapes=SMALL), "Signum": dict(shapes=SMALL), "DMuon": dict(shapes=SMALL), "Muon": dict(shapes=SMALL),
     "AdEMAMix": dict(shapes=SMALL, backend="eager"),
     "SpectraAdamW": dict(tensor_lr=True),
 }
@@ -190,8 +192,9 @@ def test_one_graph_no_recompile_aot_after_first_step(name):
 
 def test_one_graph_spectra_adamw_before_first_step():
     """Default tier: SpectraAdamW traced before its first step (the soft clip's coefficient tables are built
-    eagerly by ``_init_group``, not in the trace), with a cheap ``global_clip`` and with the soft clip."""
-    _assert_one_graph(_trace("SpectraAdamW", shapes=TWO, post="global_clip"))
+    eagerly by ``_init_group``, not in the trace), with a cheap ``global_clip`` (dynamo's graph: what breaks a
+    graph or guards is dynamo's) and with the soft clip (``aot_eager``)."""
+    _assert_one_graph(_trace("SpectraAdamW", backend="eager", shapes=TWO, post="global_clip"))
     _assert_one_graph(_preset("SpectraAdamW"))
 
 
@@ -345,10 +348,10 @@ TRACED_TRANSFORMS = {
     "SpectraAdamW": ("SpectraAdamW", _PRESET["SpectraAdamW"], 1),
     "SpectraSignum": ("SpectraSignum", {}, 1),
     "pre-clip": ("SpectraAdamW", dict(pre_c=2.0), 3),  # the accurate pre-transform per batch, then the post
-    "spectral_lmo nuclear": ("SpectraSignum", FW["spectral_lmo nuclear"], 1),
+    "spectral_lmo nuclear": ("SpectraSignum", dict(FW["spectral_lmo nuclear"], shapes=SMALL), 1),
     "linf_fw": ("SpectraSGD", FW["linf_fw"], 1),
     "hardcap": ("SpectraAdamW", dict(post="hardcap"), 1),
-    "Muon": ("Muon", {}, 1),
+    "Muon": ("Muon", _PRESET["Muon"], 1),
 }
 
 

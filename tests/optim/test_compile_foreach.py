@@ -3,12 +3,18 @@ the multi-tensor one of CUDA, forced here on the CPU) the traced step runs the b
 ``torch._foreach_*`` calls over one work tensor per parameter, with no write into a view of a shared buffer
 (after functionalization each such write copies the whole buffer: ``select_scatter``/``slice_scatter`` nodes)
 and no ``_foreach_lerp`` with a list of tensor weights (inductor has no lowering for it: an opaque call per
-tensor); and it gives the eager step's numbers bit for bit with ``aot_eager`` (skipped steps included).
+tensor); and it gives the eager step's numbers bit for bit with ``aot_eager`` (skipped steps included). On the
+CPU's path the same graph shows how the traced step checks finiteness and reads its skip flag. Each configuration
+is traced once per module and read by every test that checks it.
 Inductor's compile time is measured by ``benchmarks/bench_compile.py`` (docs/BENCHMARKS.md, "Compile-first")."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
+from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import torch
@@ -21,6 +27,8 @@ from spectrakit.optim.spectra import Spectra
 
 MATRICES = 3  # same-shape matrices: one batch
 SHAPES = [(16, 8)] * MATRICES + [(8, 16), (5,)]
+# a matrix fewer (still a batch of two, a wide matrix, a vector): the variants whose check does not count nodes
+FEWER = tuple(SHAPES[1:])
 PRESETS = ["SpectraAdamW", "SpectraSignum", "Muon", "Lion"]
 # a full-size multi-tensor operation of the batch of matrices per step, per preset (at least): the per-tensor
 # form has none
@@ -41,14 +49,14 @@ def path(request, monkeypatch):
     return request.param
 
 
-def _make(name, dtype=torch.float32, seed=0):
+def _make(name, dtype=torch.float32, seed=0, shapes=SHAPES):
     gen = torch.Generator().manual_seed(seed)
-    init = [torch.randn(s, generator=gen).to(dtype) for s in SHAPES]
+    init = [torch.randn(s, generator=gen).to(dtype) for s in shapes]
     pairs = []
     for _ in range(2):
         ps = [torch.nn.Parameter(x.clone()) for x in init]
         pairs.append((ps, getattr(O, name)(ps, lr=1e-2)))
-    grads = [[torch.randn(s, generator=gen).to(dtype) for s in SHAPES] for _ in range(4)]
+    grads = [[torch.randn(s, generator=gen).to(dtype) for s in shapes] for _ in range(4)]
     grads[1][1][3, 4] = float("nan")  # the second step is skipped
     grads[2][-1][0] = 1e30  # finite but above the bound (1e18): the third step is skipped as well
     return pairs, grads
@@ -82,6 +90,35 @@ def _aot_graph(opt):
     return graphs[0]
 
 
+@contextlib.contextmanager
+def _on(path: str):
+    """The CPU's code path, or the multi-tensor one (CUDA's) forced on the CPU."""
+    with contextlib.ExitStack() as stack:
+        if path == "multi_tensor":
+            stack.enter_context(mock.patch.object(Spectra, "_per_tensor", staticmethod(lambda device: False)))
+        yield
+
+
+@functools.cache
+def _traced(name: str, path: str, shapes: tuple = tuple(SHAPES)) -> SimpleNamespace:
+    """One ``aot_autograd`` trace of ``name`` over ``shapes`` on ``path`` (a trace costs seconds of CPU: made once
+    per module, read by the structure, node-growth and finite-check tests), called 4 times beside an eager twin on
+    the same gradients (the second and third steps skipped: a nan, a finite entry above the bound). Returns the
+    functionalized forward graph, the number of graphs compiled, both optimizers and parameter lists."""
+    with _on(path):
+        pairs, grads = _make(name, shapes=shapes)
+        (ps, opt), (qs, ref) = pairs
+        graphs = []
+        step = _aot_step(opt, graphs)
+        counters.clear()
+        for gs in grads:
+            _step_both(step, ref, ps, qs, gs)
+        out = SimpleNamespace(graph=graphs[0], graphs=counters["stats"]["unique_graphs"], opt=opt, ref=ref, ps=ps,
+                              qs=qs)
+    dynamo.reset()
+    return out
+
+
 def _full_size_foreach(graph, shape) -> int:
     """Multi-tensor nodes whose first list holds the ``MATRICES`` tensors of ``shape`` (and maybe others: the
     CPU merges an element-wise group into one batch)."""
@@ -96,24 +133,8 @@ def _full_size_foreach(graph, shape) -> int:
     return count
 
 
-@pytest.mark.parametrize("path", PATHS, indirect=True)
-@pytest.mark.parametrize("name", ["SpectraAdamW", pytest.param("SpectraSignum", marks=pytest.mark.soak)])
-def test_graph_grows_by_a_few_nodes_per_parameter(name, path):
-    """Nodes of the functionalized graph per extra same-shape matrix (SpectraAdamW 23-25 in the traced form,
-    28-29 before, with whole-buffer scatters; SpectraSignum 13-15, before 19-25): bounded, so that a longer
-    per-parameter form fails."""
-    bound = {"SpectraAdamW": 25, "SpectraSignum": 15}[name]
-
-    def nodes(n):
-        gen = torch.Generator().manual_seed(0)
-        ps = [torch.nn.Parameter(torch.randn(16, 8, generator=gen)) for _ in range(n)]
-        for p in ps:
-            p.grad = torch.randn(p.shape, generator=gen)
-        graph = _aot_graph(getattr(O, name)(ps, lr=1e-2))
-        return sum(1 for nd in graph.nodes if nd.op == "call_function")
-
-    per_param = (nodes(4) - nodes(2)) / 2
-    assert per_param <= bound, per_param
+def _nodes(graph) -> int:
+    return sum(1 for nd in graph.nodes if nd.op == "call_function")
 
 
 def _structure(graph, name):
@@ -125,43 +146,87 @@ def _structure(graph, name):
         assert _full_size_foreach(graph, (16, 8)) >= FOREACH_OPS[name], dict(ops)
 
 
-@pytest.mark.parametrize("path", PATHS, indirect=True)
+def _assert_equals_eager(t, skipped: int = 2):
+    """No recompilation; the traced steps' parameters, states and skip counter equal the eager twin's bit for
+    bit."""
+    assert t.graphs == 1  # no recompilation
+    assert int(t.opt.skipped_steps) == int(t.ref.skipped_steps) == skipped
+    for p, q in zip(t.ps, t.qs):
+        assert torch.equal(p, q)
+        for key, value in t.ref.state[q].items():
+            assert torch.equal(t.opt.state[p][key], value), key
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", PRESETS)
 def test_traced_step_is_multi_tensor_and_equals_eager_bitwise(name, path):
     """One trace per preset and path: its functionalized graph (no whole-buffer scatters, no opaque
     ``_foreach_lerp``, multi-tensor nodes over the batch of matrices), then four steps of it against eager
     (two of them skipped), bit for bit, with no recompilation."""
-    _traced_equals_eager(name, structure=True)
+    t = _traced(name, path)
+    _structure(t.graph, name)
+    _assert_equals_eager(t)
 
 
-@pytest.mark.parametrize("path", SOAK_PER_TENSOR, indirect=True)
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", ["SpectraAdamW", pytest.param("SpectraSignum", marks=pytest.mark.soak)])
+def test_graph_grows_by_a_few_nodes_per_parameter(name, path):
+    """Nodes of the functionalized graph per extra same-shape matrix (SpectraAdamW 23-25 in the traced form,
+    28-29 before, with whole-buffer scatters; SpectraSignum 13-15, before 19-25): bounded, so that a longer
+    per-parameter form fails. The graph of the structure test above (``MATRICES`` same-shape matrices beside a
+    wide one and a vector) against one with a matrix fewer."""
+    bound = {"SpectraAdamW": 25, "SpectraSignum": 15}[name]
+    with _on(path):
+        gen = torch.Generator().manual_seed(0)
+        ps = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in FEWER]
+        for p in ps:
+            p.grad = torch.randn(p.shape, generator=gen)
+        fewer = _nodes(_aot_graph(getattr(O, name)(ps, lr=1e-2)))
+    dynamo.reset()
+    per_param = _nodes(_traced(name, path).graph) - fewer
+    assert 0 < per_param <= bound, per_param
+
+
+def _flag_copies(graph) -> int:
+    """``amin`` nodes over an ``expand`` of a 0-d tensor (:func:`spectrakit.optim.bases.stored` of a flag)."""
+    count = 0
+    for n in graph.nodes:
+        if n.op == "call_function" and "amin" in str(n.target):
+            src = n.args[0]
+            if "expand" in str(getattr(src, "target", "")) and src.args[0].meta["val"].ndim == 0:
+                count += 1
+    return count
+
+
+@pytest.mark.parametrize("name", ["SpectraAdamW", "SpectraSignum"])
+def test_traced_checks_are_single_reductions_and_each_batch_has_its_flag(name):
+    """How the traced step reads its skip flag and checks finiteness on the CPU's path, in the functionalized
+    graph: the shapes that keep inductor's first compile short on a CPU (docs/BENCHMARKS.md, "Compile-first").
+    No ``aminmax`` (two accumulators in inductor's code), no ``nan_to_num`` (three selects and an unvectorised
+    ``isnan``), no stack of 0-d reduction results (inductor copies each in a kernel of its own): one ``amax`` per
+    gradient and per matrix batch's update; and every batch (3: ``MATRICES`` x (16, 8), (8, 16), the flat one)
+    reads a stored copy of the skip flag (at least one per batch: inductor's fusion search pairs the nodes that
+    read one buffer)."""
+    graph = _traced(name, "per_tensor").graph
+    ops = collections.Counter(str(n.target) for n in graph.nodes if n.op == "call_function")
+    assert not any("aminmax" in k or "nan_to_num" in k for k in ops), dict(ops)
+    stacks = [n for n in graph.nodes if n.op == "call_function" and "stack" in str(n.target)
+              and all(a.meta["val"].ndim == 0 and "amax" in str(getattr(a, "target", "")) for a in n.args[0])]
+    assert not stacks
+    assert ops["aten.amax.default"] == len(SHAPES) + 2  # every gradient, and the two matrix batches' updates
+    assert _flag_copies(graph) >= 3
+
+
+@pytest.mark.parametrize("path", SOAK_PER_TENSOR)
 @pytest.mark.parametrize("name", ["AdEMAMix", "MARS"])
 def test_traced_step_equals_eager_bitwise(name, path):
-    _traced_equals_eager(name)
-
-
-def _traced_equals_eager(name, structure=False):
-    pairs, grads = _make(name)
-    (ps, opt), (qs, ref) = pairs
-    graphs = []
-    step = _aot_step(opt, graphs)
-    counters.clear()
-    for gs in grads:
-        _step_both(step, ref, ps, qs, gs)
-    assert counters["stats"]["unique_graphs"] == 1  # no recompilation
-    if structure:
-        _structure(graphs[0], name)
-    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 2
-    for p, q in zip(ps, qs):
-        assert torch.equal(p, q)
-        for key, value in ref.state[q].items():
-            assert torch.equal(opt.state[p][key], value), key
+    _assert_equals_eager(_traced(name, path, FEWER))
 
 
 @pytest.mark.parametrize("path", SOAK_PER_TENSOR, indirect=True)
 def test_traced_step_equals_eager_bf16_parameters(path):
     """bf16 parameters (fp32 work tensors and states): the traced work copy converts as the eager one."""
-    pairs, grads = _make("SpectraAdamW", dtype=torch.bfloat16)
+    pairs, grads = _make("SpectraAdamW", dtype=torch.bfloat16, shapes=FEWER)
     (ps, opt), (qs, ref) = pairs
     dynamo.reset()
     step = torch.compile(opt.step, backend="aot_eager")
@@ -180,13 +245,13 @@ def test_traced_options_equal_eager_bitwise(options, path):
     """The other branches of the traced step (vector clip with and without a matrix post-transform, the pre-clip,
     which keeps the joint buffer, an identity post-transform, unchecked gradients)."""
     gen = torch.Generator().manual_seed(1)
-    init = [torch.randn(s, generator=gen) for s in SHAPES]
+    init = [torch.randn(s, generator=gen) for s in FEWER]
     ps, qs = ([torch.nn.Parameter(x.clone()) for x in init] for _ in range(2))
     opt, ref = O.SpectraAdamW(ps, lr=1e-2, **options), O.SpectraAdamW(qs, lr=1e-2, **options)
     dynamo.reset()
     step = torch.compile(opt.step, backend="aot_eager")
     for i in range(3):
-        gs = [torch.randn(s, generator=gen) for s in SHAPES]
+        gs = [torch.randn(s, generator=gen) for s in FEWER]
         if i == 1 and options.get("check_finite", True):
             gs[0][0, 0] = float("nan")
         _step_both(step, ref, ps, qs, gs)
