@@ -1,7 +1,7 @@
 """First ``torch.compile`` (inductor) of ``opt.step``: compile time, recompiles, compiled and eager step.
 
 Usage: ``python benchmarks/bench_compile.py [--device cuda] [--width 256] [--budget 300] [--names A,B]
-[--multi-tensor]``
+[--rounds N] [--multi-tensor]``
 
 Each optimizer (torch AdamW foreach, SpectraAdamW, SpectraSignum, Muon, torch.optim.Muon) runs in a fresh
 process with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder), on the 2-layer LLaMA
@@ -11,13 +11,17 @@ the first call and after calls 2-4 (a recompile if it grew), and the median of 2
 (CUDA-synchronised on a GPU), the first call's CPU seconds (this process and its compiler subprocesses: less
 sensitive to a shared machine's load than the wall time), inductor's generated kernel count
 (``torch._inductor.metrics.generated_kernel_count``) and the nodes of the traced graph. ``--names`` picks some of
-the optimizers (comma-separated, e.g. ``"torch AdamW,SpectraAdamW"``); ``--multi-tensor`` makes the spectrakit
+the optimizers (comma-separated, e.g. ``"torch AdamW,SpectraAdamW"``; every preset, and the nuclear
+Frank-Wolfe, ``linf_fw`` and hard-clip posts as ``"SpectraSignum nuclear"`` etc.: ``--help`` lists them);
+``--rounds N`` runs that list N times (name torch AdamW between the others to alternate) and ends with each
+optimizer's median CPU seconds and its ratio to torch AdamW's; ``--multi-tensor`` makes the spectrakit
 optimizers take the multi-tensor code path (CUDA's) on the CPU as well, to study it there. Optimizers not
 started within ``--budget`` seconds are skipped. Results:
 docs/BENCHMARKS.md ("Compile-first", "H100 results").
 """
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -27,6 +31,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAMES = ["torch AdamW", "SpectraAdamW", "SpectraSignum", "Muon", "torch Muon"]
+# every other preset (--names); the Frank-Wolfe and hard-clip posts as SPECTRA variants
+PRESETS = ["AdamW", "SGD", "Lion", "Signum", "AdEMAMix", "MARS", "DMuon", "SpectraSGD", "SpectraLion",
+           "SpectraAdEMAMix", "SpectraMARS"]
+VARIANTS = {"SpectraSignum nuclear": ("SpectraSignum", dict(post="spectral_lmo", regularizer="nuclear", b=0.1)),
+            "SpectraSignum linf_fw": ("SpectraSignum", dict(post="linf_fw")),
+            "SpectraAdamW hardcap": ("SpectraAdamW", dict(post="hardcap"))}
+ALL = NAMES + PRESETS + list(VARIANTS)
 
 
 def make(name, ps):
@@ -38,8 +49,11 @@ def make(name, ps):
         return torch.optim.AdamW(ps, lr=1e-3, foreach=True)
     if name == "torch Muon":
         return torch.optim.Muon(ps, lr=0.02)
-    if name == "Muon":
-        return O.Muon(ps, lr=0.02)
+    if name in ("Muon", "DMuon"):
+        return getattr(O, name)(ps, lr=0.02)
+    if name in VARIANTS:
+        cls, kw = VARIANTS[name]
+        return getattr(O, cls)(ps, lr=1e-3, **kw)
     return getattr(O, name)(ps, lr=1e-3)
 
 
@@ -92,6 +106,7 @@ def one(name, device, width, multi_tensor=False):
     cpu = sum(c1[:4]) - sum(c0[:4])  # user + system, with the compiler subprocesses waited for
     kernels = metrics.generated_kernel_count
     g1 = counters["stats"]["unique_graphs"]
+    breaks = sum(counters["graph_break"].values())
     t = time.perf_counter()
     step()
     sync()
@@ -115,7 +130,7 @@ def one(name, device, width, multi_tensor=False):
     ce, ee = med(step), med(ref.step)
     print(f"{name:14s} device {device} d={width}{' multi-tensor' if multi_tensor else ''}: first compile "
           f"{first:.1f} s (CPU {cpu:.1f} s, {kernels} kernels, {'+'.join(map(str, nodes))} graph nodes), "
-          f"2nd call {second:.3f} s, "
+          f"{breaks} graph breaks, 2nd call {second:.3f} s, "
           f"unique_graphs {g1} after call 1, {g4} after calls 2-4 ({'recompiled' if g4 > g1 else 'no recompile'}), "
           f"compiled {ce:.3f} ms, eager {ee:.3f} ms, compiled/eager {ce / ee:.2f}", flush=True)
 
@@ -125,15 +140,19 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--budget", type=float, default=300.0)
-    ap.add_argument("--names", default=",".join(NAMES), help="comma-separated, among: " + ", ".join(NAMES))
+    ap.add_argument("--names", default=",".join(NAMES), help="comma-separated, among: " + ", ".join(ALL))
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the --names list this many times (list torch AdamW between the others to alternate)")
     ap.add_argument("--multi-tensor", action="store_true",
                     help="spectrakit optimizers take the multi-tensor (CUDA) code path on the CPU too")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     names = [n.strip() for n in a.names.split(",") if n.strip()]
-    unknown = [n for n in names if n not in NAMES]
+    unknown = [n for n in names if n not in ALL]
     if unknown or not names:
-        ap.error(f"--names: unknown {unknown or names}; accepted: {', '.join(NAMES)}")
+        ap.error(f"--names: unknown {unknown or names}; accepted: {', '.join(ALL)}")
+    if a.rounds < 1:
+        ap.error(f"--rounds must be >= 1, got {a.rounds}")
     if a.one:
         one(a.one, a.device, a.width, a.multi_tensor)
         return
@@ -144,7 +163,8 @@ def main():
     print(f"torch {torch.__version__}, {where}, threads {torch.get_num_threads()}, "
           f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load average {load}", flush=True)
     start = time.time()
-    for name in names:
+    cpu = {}
+    for name in names * a.rounds:
         if time.time() - start > a.budget:
             print(f"{name}: skipped (over {a.budget:.0f} s)", flush=True)
             continue
@@ -159,10 +179,18 @@ def main():
             lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
             print(lines[-1] if r.returncode == 0 and lines else f"{name}: failed rc={r.returncode}: {r.stderr[-600:]}",
                   flush=True)
+            m = re.search(r"\(CPU ([0-9.]+) s", lines[-1]) if r.returncode == 0 and lines else None
+            if m:
+                cpu.setdefault(name, []).append(float(m.group(1)))
         except subprocess.TimeoutExpired:
             print(f"{name}: timed out", flush=True)
         finally:
             shutil.rmtree(cache, ignore_errors=True)
+    ref = statistics.median(cpu["torch AdamW"]) if "torch AdamW" in cpu else None
+    for name, xs in cpu.items():  # the first compile's CPU seconds: median over the rounds, / torch AdamW's
+        ratio = f", {statistics.median(xs) / ref:.2f}x torch AdamW's median" if ref else ""
+        print(f"summary {name:22s} CPU s {', '.join(f'{x:.1f}' for x in xs)}: median {statistics.median(xs):.1f}"
+              f"{ratio}", flush=True)
     print(f"total {time.time() - start:.0f} s, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
           flush=True)
 

@@ -73,7 +73,7 @@ def check_scalar(value, name: str, *, low=None, high=None, low_inclusive=True, h
             raise ValueError(f"{name} contains nan")
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         lo_v = hi_v = float(value)
-        if math.isnan(lo_v):
+        if lo_v != lo_v:  # NaN; a comparison, which torch.compile traces for a symbolic float (math.isnan breaks)
             raise ValueError(f"{name} must be a number, got nan")
     else:
         raise TypeError(f"{name} must be a real number or tensor, got {type(value).__name__}")

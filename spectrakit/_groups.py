@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import math
+import sys
+
+_FLOAT_MAX = sys.float_info.max
 
 # Keys a param group may hold besides the optimizer's and its base's hyperparameters: those PyTorch's LR
 # schedulers add (``initial_lr``; OneCycleLR's ``max_lr``, ``min_lr``, momentum bounds), ``named_parameters``
@@ -24,10 +27,15 @@ def check_group_keys(group: dict, accepted: set) -> None:
 
 def check_finite_hyperparameters(group: dict, allow_inf=("c", "pre_c")) -> None:
     """Reject non-finite numbers (entries of tuples too) among a group's hyperparameters with ``ValueError``
-    naming the argument; the keys in ``allow_inf`` may be ``+inf`` (a clip that is off)."""
+    naming the argument; the keys in ``allow_inf`` may be ``+inf`` (a clip that is off).
+
+    A number ``v`` is finite when ``|v| <= max float`` (false for NaN and +-inf): a comparison, not
+    ``math.isfinite``, so that a value ``torch.compile`` traces as a symbolic float (an ``lr`` that a
+    scheduler sets to a new Python float every step) becomes a guard of the compiled step, where
+    ``math.isfinite`` would break the graph."""
     for key, value in group.items():
         if key == "params":
             continue
         for v in value if isinstance(value, (tuple, list)) else (value,):
-            if isinstance(v, float) and not math.isfinite(v) and not (key in allow_inf and v == math.inf):
+            if isinstance(v, float) and not abs(v) <= _FLOAT_MAX and not (key in allow_inf and v == math.inf):
                 raise ValueError(f"{key} must be a finite number, got {value}")
