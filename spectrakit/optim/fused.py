@@ -128,6 +128,8 @@ def fused_step_(base: str, group: dict, params: list[torch.Tensor], states: list
     compiling = torch.compiler.is_compiling()
     lr, wd = group["lr"], float(group["weight_decay"])
     lr, lr_tensor = (0.0, lr.detach()) if isinstance(lr, torch.Tensor) else (float(lr), None)
+    if compiling and lr_tensor is None:  # a new Python lr per step: an input of the graph, not a guard per value
+        lr, lr_tensor = 0.0, torch.zeros((), dtype=torch.float64) + lr  # (the kernel reads it as the same double)
     if base == "adamw":
         b1, b2 = group["betas"]
         (_adamw_op if compiling else _adamw_step)(

@@ -1,8 +1,10 @@
 """A Python-float ``lr`` that changes on every call (a scheduler assigning ``group["lr"] = float``) under
 ``torch.compile(opt.step)`` (``aot_eager``): no graph break, and at most one recompile, where dynamo's first
 graph took the first value as a constant and the second one takes the number as an input (torch.optim.AdamW
-recompiles on every new value until dynamo's recompile limit, then runs eagerly). The compiled steps equal the
-eager ones bit for bit, and a non-finite lr still raises ValueError naming ``lr``."""
+recompiles on every new value until dynamo's recompile limit, then runs eagerly). The plain presets' fused CPU
+step (SGD here; AdamW shares its code) passes the number to torch's kernel as a float64 0-d tensor while
+traced. The compiled steps equal the eager ones bit for bit, and a non-finite lr still raises ValueError naming
+``lr``."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ def _pair(name):
     init = [torch.randn(s, generator=gen) for s in shapes]
     a = [torch.nn.Parameter(t.clone()) for t in init]
     b = [torch.nn.Parameter(t.clone()) for t in init]
-    return a, b, getattr(O, name)(a, lr=1e-3), getattr(O, name)(b, lr=1e-3), gen
+    kwargs = dict(momentum=0.9, weight_decay=0.1) if name == "SGD" else {}  # SGD: the decay's lr path too
+    return a, b, getattr(O, name)(a, lr=1e-3, **kwargs), getattr(O, name)(b, lr=1e-3, **kwargs), gen
 
 
 def _set_lr(opt, lr):
@@ -43,7 +46,7 @@ def _compiled(opt):
     return torch.compile(opt.step, backend=backend), graphs
 
 
-@pytest.mark.parametrize("name", ["SpectraAdamW", "Signum", "Muon"])
+@pytest.mark.parametrize("name", ["SpectraAdamW", "Signum", "Muon", "SGD"])
 def test_a_new_float_lr_every_call_neither_breaks_the_graph_nor_recompiles_per_value(name):
     a, b, opt, ref, gen = _pair(name)
     step, graphs = _compiled(opt)
