@@ -156,6 +156,25 @@ def test_compare_past_its_budget_is_interrupted_and_recorded(tmp_path):
     assert entry["seconds"] < 60 and (tmp_path / "compare" / "compare.log").exists()
 
 
+def test_compare_stage_reads_the_table_in_compare_order(tmp_path, monkeypatch):
+    """The stage's table is compare's ``results.json``, its rows re-keyed in the order of its ``columns`` (keys
+    not listed dropped), under its ``name``; a command that exits 0 leaves the stage passed. (Deterministic:
+    the end-to-end run above is in the soak tier, and the budget test's interrupted run writes this file or not
+    depending on how far it got.)"""
+    from spectrakit.experiments.gpu_suite import stage_compare
+
+    table = {"name": "validation", "columns": ["optimizer", "val_loss"],
+             "rows": [{"val_loss": 3.5, "optimizer": "adamw", "extra": 1}, {"optimizer": "spectra-adamw"}]}
+    writer = f"import json, sys; json.dump({table!r}, open(sys.argv[1] + '/results.json', 'w'))"
+    monkeypatch.setattr(stage_compare, "command", lambda ctx, folder: [sys.executable, "-c", writer, folder])
+    res = stage_compare.run(gpu_suite.Context(torch.device("cpu"), True, str(tmp_path), budget_s=60))
+    assert res.ok and not res.error
+    rows = res.tables["validation"]
+    assert [list(r) for r in rows] == [["optimizer", "val_loss"], ["optimizer"]]
+    assert rows[0] == {"optimizer": "adamw", "val_loss": 3.5}
+    assert "compare/results.json" in res.files
+
+
 def test_cli_errors_and_wrapper(tmp_path, capsys):
     """One process launch, through the wrapper script: it passes its arguments on, and a bad --stage is one
     line on stderr with exit status 2 (no traceback); the help text from the command line in this process."""
