@@ -30,45 +30,47 @@ def pytest_configure(config):
     gc.disable()  # collection only creates objects that live to the end (see pytest_collection_finish)
 
 
-# The costliest test files (>= 4 s), costliest first (per-file sums of a 2-process run, 2026-11-26 09:37 UTC).
+# The costliest test files (>= 4 s), costliest first (per-file sums of a 2-process run, 2026-11-26 14:25 UTC).
 # pytest-xdist hands whole files to its test processes in collection order (--dist loadfile
 # --no-loadscope-reorder in pyproject.toml; its default order, most tests first, put these few-test files last,
 # where one process ran them alone while the other idled): starting the long ones first keeps the processes
 # busy to the end (longest-first scheduling). The order changes nothing else: each file's tests keep their
 # order, and files not named here follow in collection order.
 LONGEST_FIRST = (
-    "examples/test_examples.py",
     "optim/test_compile_foreach.py",
+    "examples/test_examples.py",
     "optim/test_compile.py",
     "distributed/test_optimizer.py",
-    "optim/test_compile_schedules.py",
-    "experiments/test_compare.py",
     "test_no_host_sync.py",
-    "test_packaging.py",
-    "distributed/test_plain_presets.py",
-    "linalg/test_robustness.py",
+    "optim/test_compile_schedules.py",
     "distributed/test_launch.py",
-    "linalg/test_extremes.py",
+    "optim/test_compile_lr.py",
+    "linalg/test_robustness.py",
+    "test_packaging.py",
     "conv/test_lipbound.py",
-    "conv/test_table2.py",
+    "experiments/test_compare.py",
+    "conv/test_exact.py",
+    "linalg/test_full_range.py",
     "conv/test_tensor_norm.py",
-    "optim/test_compile_flags.py",
-    "optim/test_bases.py",
+    "optim/test_spectra.py",
+    "conv/test_table2.py",
+    "linalg/test_extremes.py",
     "train/test_parallel.py",
     "integrations/test_torchtitan_fsdp.py",
-    "conv/test_exact.py",
-    "optim/test_spectra.py",
-    "manifold/test_dualizers.py",
-    "experiments/test_compare_resume.py",
-    "linalg/test_lmo_gram.py",
-    "train/test_loop.py",
-    "experiments/test_stalled_rank.py",
-    "linalg/test_full_range.py",
-    "linalg/test_hard_clip.py",
-    "optim/test_step_paths.py",
     "linalg/test_lmo.py",
-    "linalg/test_soft_clip.py",
+    "experiments/test_compare_resume.py",
+    "distributed/test_plain_presets.py",
+    "experiments/test_stalled_rank.py",
+    "optim/test_bases.py",
+    "linalg/test_lmo_gram.py",
+    "manifold/test_dualizers.py",
+    "train/test_loop.py",
+    "train/test_durable.py",
+    "linalg/test_hard_clip.py",
     "experiments/test_run_folders.py",
+    "test_gpu_suite.py",
+    "optim/test_transposed_layout.py",
+    "experiments/test_sweep.py",
 )
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 
