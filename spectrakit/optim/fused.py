@@ -65,6 +65,13 @@ def fused_base(group: dict, params: list[torch.Tensor]) -> str | None:
     return base
 
 
+def number_tensor(x: float) -> torch.Tensor:
+    """A Python number as a 0-d float64 CPU tensor of its exact value, ``1 * x``: an operation that dynamo keeps
+    symbolic for a symbolic float (an ``lr`` that a scheduler changes every step, after its first recompile),
+    where ``torch.tensor(x)`` or ``torch.full`` would specialise it (one recompile per value)."""
+    return torch.ones((), dtype=torch.float64) * x
+
+
 def _advance(steps: list[torch.Tensor], ok: torch.Tensor | None) -> None:
     """``step <- step + ok`` (1 when ``ok`` is None) with the Tensor overload of ``_foreach_add_``: no host read of
     ``ok``, and on 0-d CPU counters about 7x faster than the Scalar overload (measured: 120 us against 17 us for
@@ -129,7 +136,7 @@ def fused_step_(base: str, group: dict, params: list[torch.Tensor], states: list
     lr, wd = group["lr"], float(group["weight_decay"])
     lr, lr_tensor = (0.0, lr.detach()) if isinstance(lr, torch.Tensor) else (float(lr), None)
     if compiling and lr_tensor is None:  # a new Python lr per step: an input of the graph, not a guard per value
-        lr, lr_tensor = 0.0, torch.zeros((), dtype=torch.float64) + lr  # (the kernel reads it as the same double)
+        lr, lr_tensor = 0.0, number_tensor(lr)  # (the kernel reads it as the same double)
     if base == "adamw":
         b1, b2 = group["betas"]
         (_adamw_op if compiling else _adamw_step)(

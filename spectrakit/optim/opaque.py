@@ -35,6 +35,7 @@ import math
 
 import torch
 
+from spectrakit.optim.fused import number_tensor
 from spectrakit.optim.schedules import clip_threshold
 from spectrakit.optim.transforms import LMO_POSTS, POST_TRANSFORMS
 
@@ -120,9 +121,7 @@ def traced_threshold(c: float, group: dict, schedule: dict) -> torch.Tensor:
     the traced code: no graph break, and no guard on their values; a Python-number ``lr`` enters as a float64
     tensor of its exact value, so that a symbolic ``lr`` is not specialised either)."""
     lr = group["lr"]
-    # a number: 1 * lr (exact) is an operation dynamo keeps symbolic for a symbolic float (a changing lr after
-    # its first recompile); torch.tensor(lr) or torch.full would specialise it, one recompile per value
-    lr = lr.detach() if isinstance(lr, torch.Tensor) else torch.ones((), dtype=torch.float64) * lr
+    lr = lr.detach() if isinstance(lr, torch.Tensor) else number_tensor(lr)
     total = schedule["total_steps"]
     return clip_threshold_op(group["steps_taken"], lr, float(c),
                              float(group["peak_lr"]), int(group["warmup_steps"]), schedule["warmup"],
