@@ -12,7 +12,9 @@ the first call and after calls 2-4 (a recompile if it grew), and the median of 2
 sensitive to a shared machine's load than the wall time), inductor's generated kernel count
 (``torch._inductor.metrics.generated_kernel_count``) and the nodes of the traced graph. ``--names`` picks some of
 the optimizers (comma-separated, e.g. ``"torch AdamW,SpectraAdamW"``; every preset, and the nuclear
-Frank-Wolfe, ``linf_fw`` and hard-clip posts as ``"SpectraSignum nuclear"`` etc.: ``--help`` lists them);
+Frank-Wolfe, ``linf_fw`` and hard-clip posts as ``"SpectraSignum nuclear"`` etc.: ``--help`` lists them;
+``"SpectraAdamW flag copies"``: every batch of the traced step reads its own copy of the skip flag, the CPU's
+form, on any device);
 ``--rounds N`` runs that list N times (name torch AdamW between the others to alternate) and ends with each
 optimizer's median CPU seconds and its ratio to torch AdamW's; ``--multi-tensor`` makes the spectrakit
 optimizers take the multi-tensor code path (CUDA's) on the CPU as well, to study it there. Optimizers not
@@ -37,7 +39,9 @@ PRESETS = ["AdamW", "SGD", "Lion", "Signum", "AdEMAMix", "MARS", "DMuon", "Spect
 VARIANTS = {"SpectraSignum nuclear": ("SpectraSignum", dict(post="spectral_lmo", regularizer="nuclear", b=0.1)),
             "SpectraSignum linf_fw": ("SpectraSignum", dict(post="linf_fw")),
             "SpectraAdamW hardcap": ("SpectraAdamW", dict(post="hardcap"))}
-ALL = NAMES + PRESETS + list(VARIANTS)
+# SpectraAdamW with a copy of the skip flag per batch on any device (the CPU's traced form; bases.stored)
+FLAG_COPIES = {"SpectraAdamW flag copies": "SpectraAdamW"}
+ALL = NAMES + PRESETS + list(VARIANTS) + list(FLAG_COPIES)
 
 
 def make(name, ps):
@@ -51,6 +55,7 @@ def make(name, ps):
         return torch.optim.Muon(ps, lr=0.02)
     if name in ("Muon", "DMuon"):
         return getattr(O, name)(ps, lr=0.02)
+    name = FLAG_COPIES.get(name, name)
     if name in VARIANTS:
         cls, kw = VARIANTS[name]
         return getattr(O, cls)(ps, lr=1e-3, **kw)
@@ -63,10 +68,14 @@ def one(name, device, width, multi_tensor=False):
     from torch._dynamo.utils import counters
     from torch._inductor.compile_fx import compile_fx
 
-    if multi_tensor:
+    if multi_tensor or name in FLAG_COPIES:
         from spectrakit.optim.spectra import Spectra
 
-        Spectra._per_tensor = staticmethod(lambda device: False)
+        if multi_tensor:  # CUDA's code path: multi-tensor kernels, no per-batch copies of the skip flag
+            Spectra._per_tensor = staticmethod(lambda device: False)
+            Spectra._flag_copies = staticmethod(lambda device: False)
+        if name in FLAG_COPIES:  # every batch reads its own copy of the skip flag, on any device
+            Spectra._flag_copies = staticmethod(lambda device: True)
 
     sys.path.insert(0, ROOT)
     from benchmarks.bench_optim import width_shapes
