@@ -1,41 +1,44 @@
-"""torch's fused CPU kernels as the step of the plain element-wise AdamW and SGD groups.
+"""torch's fused CPU and CUDA kernels as the step of the plain element-wise AdamW and SGD groups.
 
-A param group whose update is element-wise (``post="none"``, no ``vector_clip``, no ``pre_c``, alpha = 1) with
-base ``"adamw"`` or ``"sgd"`` (no dampening, momentum > 0) computes exactly what ``torch.optim.AdamW`` /
-``torch.optim.SGD`` compute (AdamW: Loshchilov & Hutter 2019, ``m <- b1 m + (1-b1) g``,
-``v <- b2 v + (1-b2) g^2``, ``p <- (1 - lr wd) p - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``; SGD with
-momentum, Polyak 1964, Nesterov form as in Sutskever et al. 2013: ``m <- b m + g``, ``p <- p - lr m``,
-Nesterov ``p <- p - lr (g + b m)``). On the CPU that step is torch's fused kernel (``torch._fused_adamw_`` /
-``torch._fused_sgd_``, what the functional ``torch.optim.adamw.adamw`` / ``torch.optim.sgd.sgd`` with
-``fused=True`` call once they have grouped the tensors by device and dtype, which the route's conditions
-already ensure): one pass over each parameter, its gradient and its state, where the general pipeline
-makes ~10. The skip of a step with a non-finite gradient is the kernel's own
-``found_inf`` (the flag of the optimizer's check, a 0-d tensor: the kernel leaves parameters and moments
-unchanged, the step counters are advanced by ``ok``); no value is read in Python. SGD's decoupled weight
-decay ``(1 - lr wd ok) p`` is one multiplication before the kernel (torch's SGD decay is coupled).
+A param group whose update is element-wise (``post="none"``, no ``vector_clip``, no ``pre_c``, alpha = 1) with base
+``"adamw"`` or ``"sgd"`` (no dampening, momentum > 0) computes exactly what ``torch.optim.AdamW`` /
+``torch.optim.SGD`` compute (AdamW: Loshchilov & Hutter 2019, ``m <- b1 m + (1-b1) g``, ``v <- b2 v + (1-b2) g^2``,
+``p <- (1 - lr wd) p - lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)``; SGD with momentum, Polyak 1964, Nesterov
+form as in Sutskever et al. 2013: ``m <- b m + g``, ``p <- p - lr m``, Nesterov ``p <- p - lr (g + b m)``). On the
+CPU and on CUDA that step is torch's fused kernel (``torch._fused_adamw_`` / ``torch._fused_sgd_``, what the
+functional ``torch.optim.adamw.adamw`` / ``torch.optim.sgd.sgd`` with ``fused=True`` call once they have grouped the
+tensors by device and dtype, which the route's conditions already ensure): one pass over each parameter, its
+gradient and its state, where the general pipeline makes ~10 (on a GPU, where a step of small tensors costs its
+kernel launches, also far fewer launches). The skip of a step with a non-finite gradient is the kernel's own
+``found_inf`` (the flag of the optimizer's check, a 0-d tensor: the kernel leaves parameters and moments unchanged,
+the step counters are advanced by ``ok``); no value is read in Python. SGD's decoupled weight decay
+``(1 - lr wd ok) p`` is one multiplication before the kernel (torch's SGD decay is coupled).
 
-The kernel walks the tensors in reverse order: the non-finite check has just read the gradients in order,
-so the last ones are still in the cache when the kernel reads them again (each tensor's update is
-independent of the others: same numbers in any order).
+The kernel walks the tensors in reverse order: the non-finite check has just read the gradients in order, so the
+last ones are still in the cache when the kernel reads them again (each tensor's update is independent of the
+others: same numbers in any order).
 
 Under ``torch.compile`` the same step is one call of an operator (``spectrakit::fused_adamw_step_`` /
 ``spectrakit::fused_sgd_step_``, defined with :class:`torch.library.Library`, its schema declaring the parameters,
-states and step counters mutated): dynamo traces it without a graph break (torch's own fused optimizers run outside the
-graph, and the bare ``torch._fused_adamw_`` cannot be functionalized), inductor calls it in place, and the
+states and step counters mutated): dynamo traces it without a graph break (torch's own fused optimizers run outside
+the graph, and the bare ``torch._fused_adamw_`` cannot be functionalized), inductor calls it in place, and the
 compiled step computes what the eager one does, bit for bit.
 
-The route is taken only where it gives torch's numbers with this optimizer's state layout: CPU tensors,
-dense and contiguous, float32 or float64 parameters with gradients and states of the same dtype, a
-Python-number ``lr`` or a 0-d CPU tensor (the kernel's tensor-``lr`` form, as ``torch.optim.AdamW(fused=True,
-lr=tensor)``: a compiled step then does not recompile when a scheduler changes it in place; a non-finite or
-negative value skips the step through the same ``found_inf``).
+The route is taken only where it gives torch's numbers with this optimizer's state layout: tensors on one CPU or
+CUDA device, dense and contiguous, float32 parameters (float64 too on the CPU; torch's CUDA kernels read the step
+counters as float32, which are float64 here for float64 parameters) with gradients and states of the same dtype, a
+Python-number ``lr`` or a 0-d tensor on the CPU or (float32) on the parameters' device (the kernel's tensor-``lr``
+form, as ``torch.optim.AdamW(fused=True, lr=tensor)``: a compiled step then does not recompile when a scheduler
+changes it in place; a non-finite or negative value skips the step through the same ``found_inf``).
 """
 
 from __future__ import annotations
 
 import torch
 
-_DTYPES = (torch.float32, torch.float64)
+# the parameter dtypes of the route on each device: the CUDA kernels read the step counters as float32, which
+# this optimizer keeps in the parameter's dtype (float64 counters for float64 parameters)
+_DEVICE_DTYPES = {"cpu": (torch.float32, torch.float64), "cuda": (torch.float32,)}
 
 
 def fused_base(group: dict, params: list[torch.Tensor]) -> str | None:
@@ -46,21 +49,22 @@ def fused_base(group: dict, params: list[torch.Tensor]) -> str | None:
         return None
     if group["post"] != "none" or group["vector_clip"] or group["pre_c"] is not None:
         return None
-    if isinstance(group["lr"], torch.Tensor) and not group["lr"].is_cpu:
-        return None
     scale = group["scale"]
     if not (scale in ("auto", "none") or (not isinstance(scale, str) and scale == 1)):
         return None  # "muon"/"moonlight" scale matrices by a shape factor
     if base == "sgd" and (group["dampening"] != 0 or group["momentum"] == 0):
         return None
-    dtype = params[0].dtype
-    if dtype not in _DTYPES:
+    dtype, device = params[0].dtype, params[0].device
+    if dtype not in _DEVICE_DTYPES.get(device.type, ()):
         return None
+    lr = group["lr"]
+    if isinstance(lr, torch.Tensor) and not (lr.is_cpu or (lr.device == device and lr.dtype is torch.float32)):
+        return None  # (torch's CUDA kernels read an lr on the device as float32)
     plain = (torch.nn.Parameter, torch.Tensor)
     for p in params:  # (the states exist, in the parameter's dtype: Spectra._init_group made them)
         g = p.grad
-        if (p.dtype is not dtype or g.dtype is not dtype or not p.is_cpu or type(p) not in plain
-                or g.is_sparse or not p.is_contiguous() or not g.is_contiguous()):
+        if (p.dtype is not dtype or g.dtype is not dtype or p.device != device or g.device != device
+                or type(p) not in plain or g.is_sparse or not p.is_contiguous() or not g.is_contiguous()):
             return None
     return base
 
@@ -76,7 +80,12 @@ def _advance(steps: list[torch.Tensor], ok: torch.Tensor | None) -> None:
     """``step <- step + ok`` (1 when ``ok`` is None) with the Tensor overload of ``_foreach_add_``: no host read of
     ``ok``, and on 0-d CPU counters about 7x faster than the Scalar overload (measured: 120 us against 17 us for
     29 counters), which adds a Python number tensor by tensor."""
-    torch._foreach_add_(steps, torch.ones(()) if ok is None else ok, alpha=1.0)
+    if ok is not None:
+        torch._foreach_add_(steps, ok, alpha=1.0)
+    elif steps[0].is_cpu:
+        torch._foreach_add_(steps, torch.ones(()), alpha=1.0)
+    else:  # one kernel for the list
+        torch._foreach_add_(steps, 1.0)
 
 
 def _adamw_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
@@ -130,6 +139,8 @@ def fused_step_(base: str, group: dict, params: list[torch.Tensor], states: list
     step's 0-d fp32 flag (1 take, 0 skip) or None (the gradients were not checked). Eager: the kernel
     itself; traced by ``torch.compile``: the custom operator that calls it."""
     params, states = params[::-1], states[::-1]  # the last-checked gradients first (module docstring)
+    if ok is not None and ok.device != params[0].device:  # the flag of groups on several devices: one copy each
+        ok = ok.to(params[0].device, non_blocking=True)
     grads = [p.grad for p in params]
     steps = [s["step"] for s in states]
     compiling = torch.compiler.is_compiling()

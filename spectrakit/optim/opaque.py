@@ -27,6 +27,11 @@ Frank-Wolfe options (ignored by the other transforms). During a clip schedule's 
 :func:`~spectrakit.optim.schedules.clip_threshold` on the group's step counter (a 0-d int64 CPU tensor) and
 ``lr`` (a tensor ``lr`` is read during the warm-up only, as the eager step does), so that the traced step's
 threshold is the eager step's bit for bit. An infinite threshold (no clip) makes the transform the identity.
+
+The non-finite check of the multi-tensor (CUDA) code path is a third operator, ``torch.ops.spectrakit.grads_within
+(grads, bound)``: ``max_i ||g_i||_inf <= bound`` by torch's multi-tensor inf-norm kernel, one launch for the list.
+Traced as ``torch._foreach_norm``, inductor generated one reduction kernel per gradient (a plain AdamW step on an
+H100: 24 kernels and a 52 s first compile, torch AdamW's 10 s); as an operator call it compiles none.
 """
 
 from __future__ import annotations
@@ -90,7 +95,21 @@ def _threshold_fake(steps_taken, lr, c, peak_lr, warmup_steps, warmup, decay, de
     return torch.empty((), dtype=torch.float64, device=steps_taken.device)
 
 
+def grads_within(grads: list[torch.Tensor], bound: float) -> torch.Tensor:
+    """0-d bool tensor: ``max_i ||g_i||_inf <= bound`` (a NaN entry fails the comparison) for gradients on one
+    device, by torch's multi-tensor inf-norm kernel; the kernel of ``torch.ops.spectrakit.grads_within``."""
+    return (torch.stack(torch._foreach_norm(grads, float("inf"))) <= bound).all()
+
+
+def _grads_within_fake(grads, bound):
+    return torch.empty((), dtype=torch.bool, device=grads[0].device)
+
+
 _LIB = torch.library.Library("spectrakit", "FRAGMENT")
+_LIB.define("grads_within(Tensor[] grads, float bound) -> Tensor")
+_LIB.impl("grads_within", grads_within, "CompositeExplicitAutograd")
+torch.library.register_fake("spectrakit::grads_within", _grads_within_fake, lib=_LIB)
+grads_within_op = torch.ops.spectrakit.grads_within.default
 _ARGS = "int? steps, ScalarType? dtype, str regularizer, float b, float? p) -> Tensor[]"
 _LIB.define(f"post_transform(Tensor[] U, str name, float c, {_ARGS}")
 _LIB.define(f"post_transform.scheduled(Tensor[] U, str name, Tensor c, {_ARGS}")

@@ -11,11 +11,12 @@ For every parameter ``X`` with a gradient ``g`` (matrices: ndim >= 2, conv kerne
 
 Implementation of one ``step()`` (no host-device synchronisation anywhere):
 
-0. a plain AdamW/SGD group on CPU (``post="none"``, alpha = 1, float32/float64, a number or CPU tensor ``lr``) is
-   stepped by torch's fused kernel instead of steps 2-5 (:mod:`spectrakit.optim.fused`; ``torch_kernel=False``
-   turns this off), with the flag of step 1 as its ``found_inf``; under ``torch.compile`` through an operator
-   that calls the same kernel (one graph, the eager numbers); a group with ``check_finite=False`` is
-   left out of step 1 (its gradients are not read, its step is not skipped for them);
+0. a plain AdamW/SGD group (``post="none"``, alpha = 1; CPU float32/float64 or CUDA float32 tensors; a number
+   ``lr`` or a 0-d tensor on the CPU or the parameters' device) is stepped by torch's fused kernel instead of
+   steps 2-5 (:mod:`spectrakit.optim.fused`; ``torch_kernel=False`` turns this off), with the flag of step 1
+   as its ``found_inf``; under ``torch.compile`` through an operator that calls the same kernel (one graph, the
+   eager numbers); a group with ``check_finite=False`` is left out of step 1 (its
+   gradients are not read, its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
    kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower; traced by
    ``torch.compile`` on CPU, one ``amax`` of ``|g|`` per gradient, see :meth:`Spectra._device_finite`);
@@ -99,7 +100,7 @@ from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_
-from spectrakit.optim.opaque import reads_step, traced_threshold, traced_transforms
+from spectrakit.optim.opaque import grads_within, grads_within_op, reads_step, traced_threshold, traced_transforms
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
     LMO_POSTS,
@@ -242,10 +243,11 @@ class Spectra(torch.optim.Optimizer):
             ``torch.optim`` (a bad gradient then reaches the parameters); the faster choice where the gradients
             are known finite (e.g. checked by a ``GradScaler`` or a gradient-norm clip beforehand).
         torch_kernel: True (default): a plain AdamW or SGD group (``post="none"``, alpha = 1, no pre/vector clip,
-            SGD without dampening) on CPU float32/float64 tensors (a number ``lr`` or a CPU tensor) takes torch's fused
-            kernel, the numbers of ``torch.optim.AdamW(fused=True)`` / ``torch.optim.SGD(fused=True)``
-            (:mod:`spectrakit.optim.fused`; one pass over memory instead of ~10). False: the general
-            pipeline, whose rounding is the same on every device and code path. (Not called ``fused``:
+            SGD without dampening) on CPU float32/float64 or CUDA float32 tensors (a number ``lr``, or a 0-d tensor
+            on the CPU or the parameters' device) takes torch's fused kernel, the numbers of
+            ``torch.optim.AdamW(fused=True)`` / ``torch.optim.SGD(fused=True)`` (:mod:`spectrakit.optim.fused`;
+            one pass over memory instead of ~10). False: the general pipeline, whose rounding is the same on every
+            device and code path. (Not called ``fused``:
             trainers such as torchtitan pass torch's ``fused``/``foreach`` switches, which are not ours.)
         **base_kwargs: hyperparameters of the base direction (e.g. ``betas``, ``eps``, ``momentum``,
             ``nesterov``, ``dampening``, ``alpha``, ``gamma``); unknown names raise TypeError.
@@ -533,8 +535,9 @@ class Spectra(torch.optim.Optimizer):
         about 10x faster there than the unvectorised inf-norm; while ``torch.compile`` traces the step there,
         ``max_i amax(|g_i|) <= GRAD_BOUND``, one
         single-output reduction per gradient and no stack of their results (inductor copies each stacked 0-d
-        result in a kernel of its own); the same flag. (On CUDA the traced ``_foreach_norm`` stays one call of
-        torch's kernel, where reductions would be one generated kernel each.)"""
+        result in a kernel of its own); the same flag. (On CUDA the traced check is one call of the operator
+        ``spectrakit::grads_within`` running torch's kernel, where inductor generated a reduction kernel per
+        gradient: :mod:`spectrakit.optim.opaque`.)"""
         if self._per_tensor(grads[0].device):
             if torch.compiler.is_compiling():  # one reduction per gradient, no stacked copy of the results
                 top = None
@@ -549,7 +552,8 @@ class Spectra(torch.optim.Optimizer):
             for g, lo_hi in zip(grads, out[1]):
                 torch.aminmax(g, out=lo_hi)
             return (out[0].abs() <= GRAD_BOUND).all()
-        return (torch.stack(torch._foreach_norm(grads, float("inf"))) <= GRAD_BOUND).all()
+        # traced: one operator call of the same kernel (inductor would generate a reduction kernel per gradient)
+        return (grads_within_op if torch.compiler.is_compiling() else grads_within)(grads, GRAD_BOUND)
 
     def _aminmax_out(self, n: int, dtype: torch.dtype, device: torch.device) -> tuple:
         """A ``(2, n)`` buffer kept across steps and its 0-d ``(min, max)`` views, column by column: the

@@ -257,3 +257,14 @@ def test_traced_options_equal_eager_bitwise(options, path):
         _step_both(step, ref, ps, qs, gs)
     for p, q in zip(ps, qs):
         assert torch.equal(p, q)
+
+
+def test_multi_tensor_check_is_one_operator_call():
+    """The multi-tensor (CUDA) path's traced non-finite check is one call of ``spectrakit::grads_within`` (torch's
+    multi-tensor inf-norm kernel, compiled into no generated kernel) and no traced ``_foreach_norm`` (inductor
+    lowered it into a reduction kernel per gradient); the numbers, skipped step included, are checked against the
+    eager step by ``test_traced_step_is_multi_tensor_and_equals_eager_bitwise`` on the same graph."""
+    ops = collections.Counter(str(n.target) for n in _traced("SpectraAdamW", "multi_tensor").graph.nodes
+                              if n.op == "call_function")
+    assert ops["spectrakit.grads_within.default"] == 1, dict(ops)
+    assert not any("_foreach_norm" in k for k in ops), dict(ops)
