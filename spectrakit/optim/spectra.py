@@ -519,13 +519,13 @@ class Spectra(torch.optim.Optimizer):
         per list)."""
         return device.type == "cpu"
 
-    @staticmethod
-    def _flag_copies(device: torch.device) -> bool:
-        """Whether a traced step gives each batch its own copy of the skip flag (:func:`bases.stored`): True on
-        the CPU, where it cut SpectraAdamW's first inductor compile from ~2.9x to ~1.8x torch AdamW's; elsewhere
-        False (on a GPU each copy is one more generated kernel; ``benchmarks/bench_compile.py --flag-copies``
-        measures it there)."""
-        return device.type == "cpu"
+    @classmethod
+    def _flag_copies(cls, device: torch.device) -> bool:
+        """Whether a traced step gives each batch its own copy of the skip flag (:func:`bases.stored`): on the
+        CPU's per-tensor path, where it cut SpectraAdamW's first inductor compile from ~2.9x to ~1.8x torch
+        AdamW's; not on the multi-tensor path (CUDA's), where it made an H100's first compile slower (71.6 s
+        against 66.1 s; ``benchmarks/bench_compile.py --names "SpectraAdamW flag copies"``)."""
+        return cls._per_tensor(device)
 
     def _device_finite(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """0-d bool: every entry of ``grads`` (same device) is finite and at most :data:`GRAD_BOUND` in
