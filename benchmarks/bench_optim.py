@@ -619,7 +619,8 @@ def bench_host(d: int, device: str, reps: int) -> list[dict]:
     """Host (Python and dispatch) cost of the multi-tensor step, the one a GPU runs: on a CPU the multi-tensor
     path is forced (``Spectra._per_tensor`` and ``Spectra._flag_copies`` False, restored afterwards) at a small
     width ``d``, where the step is host-bound too. One step of every optimizer per round (interleaved rounds),
-    median step time, and the ops one step issues (:func:`_top_level_ops`)."""
+    median step time, median of the per-round ratios to torch AdamW (foreach), and the ops one step issues
+    (:func:`_top_level_ops`)."""
     from spectrakit import optim as O
     from spectrakit.optim.spectra import Spectra
 
@@ -643,9 +644,13 @@ def bench_host(d: int, device: str, reps: int) -> list[dict]:
                 times[name].append(time_fn(opt.step, device, warmup=0, reps=1))
     finally:
         Spectra._per_tensor, Spectra._flag_copies = saved
-    ref = sorted(times["torch AdamW (foreach)"])[reps // 2]
-    return [{"d": d, "parameters": len(shapes), "optimizer": name, "step ms": sorted(ts)[reps // 2],
-             "/ torch AdamW foreach": sorted(ts)[reps // 2] / ref, "ops per step": ops[name]}
+    ref = times["torch AdamW (foreach)"]
+
+    def med(xs):
+        return sorted(xs)[len(xs) // 2]
+
+    return [{"d": d, "parameters": len(shapes), "optimizer": name, "step ms": med(ts),
+             "/ torch AdamW foreach": med([x / y for x, y in zip(ts, ref)]), "ops per step": ops[name]}
             for name, ts in times.items()]
 
 

@@ -20,8 +20,10 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
    kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower; traced by
    ``torch.compile`` on CPU, one ``amax`` of ``|g|`` per gradient, see :meth:`Spectra._device_finite`);
 2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
-   group form one flat batch; with an element-wise update, ``post="none"``, the CPU batches of one dtype
-   and ``alpha`` form one flat batch, see :meth:`Spectra._plan`); the gradients of a batch are copied into
+   group form one flat batch; with an element-wise update, ``post="none"``, the batches of one dtype,
+   device and ``alpha`` form one flat batch, so that a step issues the same ops however many shapes the
+   model has, see :meth:`Spectra._plan`; the plan, and a small group's work tensors, are kept across
+   eager steps, :meth:`Spectra._cached_plan`); the gradients of a batch are copied into
    ONE work tensor (fp32 for bf16/fp16 parameters, else the parameter dtype) (stacked ``(B, m, n)`` or
    concatenated), all zeros on a skipped step (``where(out=)`` on CPU) or, for a base that never squares
    it (``squares = False``: Signum, SGD, Lion, EMA), with only its non-finite entries zeroed (one

@@ -100,3 +100,15 @@ def test_kept_plan_follows_parameter_changes(cls, multi):
     assert all(torch.equal(a, b) for a, b in zip(pa, pb))
     for sa, sb in zip(oa.state_dict()["state"].values(), ob.state_dict()["state"].values()):
         assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_host_overhead_bench_restores_the_cpu_path():
+    """``benchmarks/bench_optim.py --host-overhead``: one row per optimizer with its op count (the plain presets
+    below torch AdamW foreach's 55), and the CPU path is back afterwards."""
+    from benchmarks.bench_optim import bench_host
+    from spectrakit.optim.spectra import Spectra
+
+    rows = bench_host(8, "cpu", reps=1)
+    ops = {r["optimizer"]: r["ops per step"] for r in rows}
+    assert ops["torch AdamW (foreach)"] > max(ops["Lion"], ops["Signum"], ops["AdamW (torch_kernel=False)"])
+    assert Spectra._per_tensor(torch.device("cpu")) and Spectra._flag_copies(torch.device("cpu"))
