@@ -31,6 +31,11 @@ CPU, fused on CUDA), in interleaved rounds, medians of the per-round ratios; the
 compile; set ``TORCHINDUCTOR_CACHE_DIR`` to an empty folder for a cold compile, else inductor's caches shorten
 it), graph breaks (``torch._dynamo.explain`` of a twin optimizer) and recompiles over the timed calls.
 
+``--host-overhead 16``: the host (Python and dispatch) cost of the multi-tensor step, the path a GPU takes
+(forced on a CPU, where a small width makes the step host-bound too): step time and the ops one step issues, of
+torch AdamW (foreach), AdamW (``torch_kernel=False``), Lion, Signum, SGD (``torch_kernel=False``) and
+SpectraAdamW, interleaved rounds.
+
 ``--parity-widths 192,256,512,1024``: the eager step of the plain AdamW, SGD, Lion and Signum presets against
 torch's AdamW / SGD (foreach and fused), interleaved rounds, medians of the per-round ratios, and the non-finite
 check of a step alone (the part of a checked AdamW/SGD step beyond torch's fused kernel). ``--clock cpu`` times
@@ -589,6 +594,66 @@ def bench_parity(widths, device: str, reps: int, clock: str = "wall") -> list[di
     return rows
 
 
+HOST = {
+    "torch AdamW (foreach)": lambda O, ps: torch.optim.AdamW(ps, lr=1e-3, foreach=True),
+    "AdamW (torch_kernel=False)": lambda O, ps: O.AdamW(ps, lr=1e-3, torch_kernel=False),
+    "Lion": lambda O, ps: O.Lion(ps, lr=1e-3),
+    "Signum": lambda O, ps: O.Signum(ps, lr=1e-3),
+    "SGD (torch_kernel=False)": lambda O, ps: O.SGD(ps, lr=1e-3, torch_kernel=False),
+    "SpectraAdamW": lambda O, ps: O.SpectraAdamW(ps, lr=1e-3),
+}
+
+
+def _top_level_ops(opt) -> int:
+    """Ops that one ``opt.step()`` issues directly (children of torch's ``Optimizer.step`` profiler range)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        opt.step()
+    events = prof.events()
+    top = [e for e in events if e.cpu_parent is None and e.name.startswith("Optimizer.step")]
+    return sum(1 for e in events if e.cpu_parent is not None and e.cpu_parent.id in {t.id for t in top})
+
+
+def bench_host(d: int, device: str, reps: int) -> list[dict]:
+    """Host (Python and dispatch) cost of the multi-tensor step, the one a GPU runs: on a CPU the multi-tensor
+    path is forced (``Spectra._per_tensor`` and ``Spectra._flag_copies`` False, restored afterwards) at a small
+    width ``d``, where the step is host-bound too. One step of every optimizer per round (interleaved rounds),
+    median step time, median of the per-round ratios to torch AdamW (foreach), and the ops one step issues
+    (:func:`_top_level_ops`)."""
+    from spectrakit import optim as O
+    from spectrakit.optim.spectra import Spectra
+
+    saved = Spectra.__dict__["_per_tensor"], Spectra.__dict__["_flag_copies"]
+    if device.startswith("cpu"):
+        Spectra._per_tensor = Spectra._flag_copies = staticmethod(lambda device: False)
+    try:
+        gen = torch.Generator(device=device).manual_seed(d)
+        shapes = width_shapes(d)
+        opts = {}
+        for name, make in HOST.items():
+            ps = [torch.nn.Parameter(torch.randn(s, device=device, generator=gen) * 0.02) for s in shapes]
+            for p in ps:
+                p.grad = torch.randn(p.shape, device=device, generator=gen) * 1e-2
+            opts[name] = make(O, ps)
+            opts[name].step()
+        ops = {name: _top_level_ops(opt) for name, opt in opts.items()}
+        times = {name: [] for name in opts}
+        for _ in range(reps):
+            for name, opt in opts.items():
+                times[name].append(time_fn(opt.step, device, warmup=0, reps=1))
+    finally:
+        Spectra._per_tensor, Spectra._flag_copies = saved
+    ref = times["torch AdamW (foreach)"]
+
+    def med(xs):
+        return sorted(xs)[len(xs) // 2]
+
+    return [{"d": d, "parameters": len(shapes), "optimizer": name, "step ms": med(ts),
+             "/ torch AdamW foreach": med([x / y for x, y in zip(ts, ref)]), "ops per step": ops[name]}
+            for name, ts in times.items()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -619,6 +684,9 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="with --parity-widths: time each step by wall clock, or by this thread's CPU time "
                              "(CPU device only; on a shared machine it leaves out the time spent waiting for a core)")
+    parser.add_argument("--host-overhead", type=int, default=None, metavar="WIDTH",
+                        help="host cost of the multi-tensor step (forced on a CPU) at one small width, e.g. 16: "
+                             "step time and ops per step of torch AdamW foreach and the plain presets")
     parser.add_argument("--compile-widths", default=None,
                         help="comma-separated widths: eager and torch.compile-d steps of --presets and their torch "
                              "counterparts, compile time, graph breaks, recompiles")
@@ -651,6 +719,22 @@ def main() -> None:
             key = "cuda" if args.device.startswith("cuda") else "cpu"
             clock = "" if args.clock == "wall" else f"-{args.clock}"
             write_section(f"optim-parity-{key}-{args.parity_widths}{clock}", text)
+        return
+    if args.host_overhead is not None:
+        width = parse_widths(parser, str(args.host_overhead), "--host-overhead")[0]
+        load = os.getloadavg()
+        rows = bench_host(width, args.device, args.reps)
+        env = environment()
+        text = (
+            f"### optim: host overhead of the multi-tensor step (2-layer LLaMA, vocab 2048, d = {width}), "
+            f"interleaved rounds\n\ndevice: {env['device']} · torch {env['torch']} · threads "
+            f"{torch.get_num_threads()} · {env['date']} · load average {load[0]:.1f} (start), "
+            f"{os.getloadavg()[0]:.1f} (end)\n\ncommand: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
+        )
+        print(text)
+        if not args.no_write:
+            key = "cuda" if args.device.startswith("cuda") else "cpu"
+            write_section(f"optim-host-{key}-{width}", text)
         return
     if args.compile_widths:
         widths = parse_widths(parser, args.compile_widths, "--compile-widths")

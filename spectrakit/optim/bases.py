@@ -118,6 +118,12 @@ class Work:
             if store is not None:
                 store(i, scale)
 
+    def hand_over(self, u: list[torch.Tensor]) -> None:
+        """Make ``u`` (tensors shaped like the parameters, the base's own) the work tensors: a base whose
+        direction ends in a temporary hands it over instead of copying it back (one pass fewer); the
+        optimizer then reads the direction from ``w.u`` (``buf`` None: no joint tensor)."""
+        self.u, self.buf = u, None
+
     @property
     def pending(self) -> bool:
         """Whether a deferred load or update was not taken (the optimizer then does it itself)."""
@@ -194,12 +200,13 @@ def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight,
     torch._foreach_lerp_(targets, ends, weights)
 
 
-def advance_steps(states: list[dict], ok: torch.Tensor) -> torch.Tensor:
+def advance_steps(states: list[dict], ok: torch.Tensor, stacked: bool = True) -> torch.Tensor | None:
     """``step <- step + ok`` for every state; returns the new steps as a ``(B,)`` tensor, at least 1
-    (so that bias corrections of a skipped first step stay finite; the update is zeroed anyway)."""
+    (so that bias corrections of a skipped first step stay finite; the update is zeroed anyway), or None
+    with ``stacked=False`` (a base whose direction does not read the step: two ops per batch fewer)."""
     steps = [s["step"] for s in states]
     torch._foreach_add_(steps, ok, alpha=1.0)  # alpha selects the Tensor overload: no host read of ok
-    return torch.stack(steps).clamp_min(1.0)
+    return torch.stack(steps).clamp_min(1.0) if stacked else None
 
 
 class AdamW:
@@ -232,7 +239,8 @@ def bias_corrections(t: torch.Tensor, b1: float, b2: float) -> tuple[torch.Tenso
     ``torch.optim.AdamW`` does with Python floats; in fp32 ``1 - 0.999^1`` is off by 6e-6 relative) and
     rounded once to ``t``'s dtype. Stays on ``t``'s device (no host read); fp32 on MPS (no float64)."""
     hi = t.to(torch.float32 if t.device.type == "mps" else torch.float64)
-    return torch.rsqrt(1.0 - b2**hi).to(t.dtype), (1.0 / (1.0 - b1**hi)).to(t.dtype)
+    # reciprocal(): what ``1.0 / x`` computes (torch evaluates it as ``x.reciprocal() * 1.0``), one op fewer
+    return torch.rsqrt(1.0 - b2**hi).to(t.dtype), torch.reciprocal(1.0 - b1**hi).to(t.dtype)
 
 
 def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
@@ -294,7 +302,7 @@ class Signum:
 
     def direction_(self, w, states, group, ok, scale=None):
         b, u = group["momentum"], w.u
-        advance_steps(states, ok)
+        advance_steps(states, ok, stacked=False)
         m = [s["momentum_buffer"] for s in states]
         wt = (1 - b) * ok
         if w.per_tensor:  # tensor by tensor (see Work)
@@ -319,6 +327,11 @@ class Signum:
         foreach_lerp_(m, u, wt, 1 - b)
         if group["nesterov"]:
             torch._foreach_lerp_(u, m, b)
+        elif self.sign and scale is not None:  # the update's direction: sign(m) scaled, in tensors of its own
+            d = torch._foreach_sign(m)
+            torch._foreach_mul_(d, scale)
+            w.hand_over(d)
+            return
         else:
             torch._foreach_copy_(u, m)
         if self.sign:
@@ -362,7 +375,7 @@ class SGD:
 
     def direction_(self, w, states, group, ok, scale=None):
         b, d, u = group["momentum"], group["dampening"], w.u
-        advance_steps(states, ok)
+        advance_steps(states, ok, stacked=False)
         m = [s["momentum_buffer"] for s in states]
         fg, fm = (1 - d) * ok, 1 - (1 - b) * ok  # (1-d) g, zero on a skipped step; b m, unchanged then
         if w.per_tensor:  # tensor by tensor (see Work)
@@ -410,7 +423,7 @@ class Lion:
     def direction_(self, w, states, group, ok, scale=None):
         b1, b2 = group["betas"]
         u = w.u
-        advance_steps(states, ok)
+        advance_steps(states, ok, stacked=False)
         m = [s["exp_avg"] for s in states]
         wt = (1 - b2) * ok
         if w.per_tensor:  # tensor by tensor (see Work)
@@ -431,8 +444,11 @@ class Lion:
         interp = torch._foreach_lerp(u, m, b1)
         foreach_lerp_(m, u, wt, 1 - b2)
         torch._foreach_sign_(interp)
-        torch._foreach_copy_(u, interp)
-        w.scale_(scale)
+        if scale is None:
+            torch._foreach_copy_(u, interp)
+        else:  # the update's direction: the scaled temporary itself (no copy back into the work tensor)
+            torch._foreach_mul_(interp, scale)
+            w.hand_over(interp)
 
 
 class AdEMAMix:

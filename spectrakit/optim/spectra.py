@@ -21,8 +21,10 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
    kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower; traced by
    ``torch.compile`` on CPU, one ``amax`` of ``|g|`` per gradient, see :meth:`Spectra._device_finite`);
 2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
-   group form one flat batch; with an element-wise update, ``post="none"``, the CPU batches of one dtype
-   and ``alpha`` form one flat batch, see :meth:`Spectra._plan`); the gradients of a batch are copied into
+   group form one flat batch; with an element-wise update, ``post="none"``, the batches of one dtype,
+   device and ``alpha`` form one flat batch, so that a step issues the same ops however many shapes the
+   model has, see :meth:`Spectra._plan`; the plan, and a small group's work tensors, are kept across
+   eager steps, :meth:`Spectra._cached_plan`); the gradients of a batch are copied into
    ONE work tensor (fp32 for bf16/fp16 parameters, else the parameter dtype) (stacked ``(B, m, n)`` or
    concatenated), all zeros on a skipped step (``where(out=)`` on CPU) or, for a base that never squares
    it (``squares = False``: Signum, SGD, Lion, EMA), with only its non-finite entries zeroed (one
@@ -619,14 +621,40 @@ class Spectra(torch.optim.Optimizer):
                 cap = max(cap, self._batch_cost(group, kind, shape, p))
         return cap
 
+    def _cached_plan(self, group: dict) -> list[tuple]:
+        """:meth:`_plan` of the group, kept across eager steps while what it depends on is unchanged: the
+        identity, shape, dtype and device of every parameter, whether it has a gradient, and the
+        hyperparameters that batch them (``post``, ``scale``, ``vector_clip``, ``pre_c``, ``max_batch_numel``).
+        Building the plan walks the parameters in Python several times (a quarter of a small model's
+        multi-tensor step, measured on CPU); comparing this key costs one pass.
+
+        Returns ``(plan, works)``: ``works`` is a dict (batch index -> work tensor and its views, filled by
+        the step) when the group's parameters hold at most :data:`MIN_BATCH_NUMEL` elements in all, so that a
+        small model's step allocates and slices no work tensor (4 MiB in fp32 at most, kept with the plan),
+        else None. While ``torch.compile`` traces the step: the plan computed afresh (constants of the graph)
+        and no kept tensor."""
+        if torch.compiler.is_compiling():
+            return self._plan(group), None
+        key = (group["post"], group["scale"], group["vector_clip"], group["pre_c"], group["max_batch_numel"],
+               tuple((id(p), p.shape, p.dtype, p.device, p.grad is None) for p in group["params"]))
+        slot = ("plan", id(group))
+        hit = self._scratch_bufs.get(slot)
+        if hit is None or hit[0] != key:
+            plan = self._plan(group)
+            small = sum(p.numel() for batch in plan for p in batch[2]) <= MIN_BATCH_NUMEL
+            hit = self._scratch_bufs[slot] = (key, plan, {} if small else None)
+        return hit[1], hit[2]
+
     def _plan(self, group: dict) -> list[tuple]:
         """The batches of one step: ``(kind, shape, params, alpha)`` for each batch of :meth:`_batches`,
         ``alpha`` from :meth:`_update_scale`. When the group's update is element-wise (``post="none"``, no
-        ``vector_clip``, no ``pre_c``), the CPU batches of one (dtype, alpha) are merged into ``"flat"``
-        batches of at most ``max_batch_numel`` elements (default: the largest parameter's, at least
-        :data:`MIN_BATCH_NUMEL`), in order: same
-        arithmetic, fewer small per-batch ops. (Not on CUDA, where a flat batch applies its per-parameter
-        factors with one kernel per parameter instead of one per stacked batch.)"""
+        ``vector_clip``, no ``pre_c``), the batches of one (dtype, device, alpha) are merged into ``"flat"``
+        batches of at most ``max_batch_numel`` elements (default: :meth:`_batch_cap`, on CUDA at least
+        2^26), in order: the same arithmetic per element, and a number of ops per step that does not grow
+        with the number of distinct shapes (each batch issues ~20 ops, which bound a small model's step on a
+        GPU by the host). A flat batch applies per-parameter factors (AdamW's bias corrections) as one
+        ``torch._foreach_mul_`` over a list of 0-d tensors, as ``torch.optim.AdamW(foreach=True,
+        capturable=True)`` does."""
         plan = [(kind, shape, ps, self._update_scale(group, kind, shape, ps))
                 for kind, shape, ps in self._batches(group)]
         if (POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"] or group["pre_c"] is not None
@@ -634,13 +662,10 @@ class Spectra(torch.optim.Optimizer):
             return plan
         cap = group["max_batch_numel"]
         if cap is None:
-            cap = max(MIN_BATCH_NUMEL, *(p.numel() for batch in plan for p in batch[2]))
+            cap = self._batch_cap(group)
         out, flat = [], {}
         for batch in plan:
             ps, alpha = batch[2], batch[3]
-            if not self._per_tensor(ps[0].device):
-                out.append(batch)
-                continue
             key = (ps[0].dtype, ps[0].device, alpha)
             for p in ps:
                 cur = flat.get(key)
@@ -901,7 +926,8 @@ class Spectra(torch.optim.Optimizer):
         # step, and every stretch of element-wise code between two barriers is one more generated kernel to
         # compile; eagerly, batch by batch (one work tensor alive at a time)
         pending: list | None = [] if torch.compiler.is_compiling() else None
-        for kind, shape, params, alpha in self._plan(group):
+        plan, works = self._cached_plan(group)
+        for index, (kind, shape, params, alpha) in enumerate(plan):
             # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
             buf = views = w = load = store = pre = res = upd = U = batch = None
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
@@ -918,13 +944,18 @@ class Spectra(torch.optim.Optimizer):
             grads = [p.grad for p in params]
             if traced:
                 buf, views = None, None  # one work tensor per parameter, made below
-            elif kind == "matrix":
-                buf = torch.empty((len(params), *shape), dtype=wdt, device=dev)
-                views = [v.view(p.shape) for v, p in zip(buf.unbind(0), params)]
+            elif works is not None and index in works:  # a small group's work tensor, kept across steps
+                buf, views = works[index]
             else:
-                sizes = [p.numel() for p in params]
-                buf = torch.empty(sum(sizes), dtype=wdt, device=dev)
-                views = [v.view(p.shape) for v, p in zip(buf.split(sizes), params)]
+                if kind == "matrix":
+                    buf = torch.empty((len(params), *shape), dtype=wdt, device=dev)
+                    views = [v.view(p.shape) for v, p in zip(buf.unbind(0), params)]
+                else:
+                    sizes = [p.numel() for p in params]
+                    buf = torch.empty(sum(sizes), dtype=wdt, device=dev)
+                    views = [v.view(p.shape) for v, p in zip(torch.split_with_sizes(buf, sizes), params)]
+                if works is not None:
+                    works[index] = (buf, views)
             identity = POST_TRANSFORMS[post] is None if kind == "matrix" else not group["vector_clip"]
             # c = inf: no clip (a scheduled threshold traced as a tensor is finite where c is; an overflow to inf
             # makes the operator's transform the identity)
@@ -934,29 +965,35 @@ class Spectra(torch.optim.Optimizer):
             lr_wd = group["weight_decay"] * lr
             load = store = None
             # the work copy is the gradient when the step is taken and 0 when it is skipped (ok = 0: non-finite or
-            # huge entries), so that the cancelled update stays finite
-            ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
+            # huge entries), so that the cancelled update stays finite; a base that never squares the gradient
+            # (Signum, SGD, Lion, EMA) needs only its non-finite entries zeroed (without pre-clip): a skipped
+            # step's weights (0) then cancel any finite entry exactly
+            same = all(g.dtype == wdt for g in grads)
+            sanitize = pre_c_k is None and not getattr(base, "squares", True)
             if traced:  # the eager multi-tensor form's copy and masked_fill, one node per parameter
+                ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
                 views = [torch.where(ok_b, g.to(wdt), zero) for g in grads]
-            elif chain and all(g.dtype == wdt for g in grads) and getattr(base, "squares", True):
+            elif chain and same and not sanitize:
+                ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
 
                 def load(i, views=views, grads=grads, ok_b=ok_b, zero=zero):
                     torch.where(ok_b, grads[i], zero, out=views[i])
 
-            elif chain and all(g.dtype == wdt for g in grads):
-                # a base that never squares the gradient (Signum, SGD, Lion, EMA) needs only its non-finite
-                # entries zeroed: a skipped step's weights (0) then cancel any finite entry exactly. One
-                # nan_to_num pass costs what a copy costs (where(): 1.4-3.5x more, measured on CPU)
+            elif chain and same:  # one nan_to_num pass costs what a copy costs (where(): 1.4-3.5x more, on CPU)
 
                 def load(i, views=views, grads=grads):
                     torch.nan_to_num(grads[i], nan=0.0, posinf=0.0, neginf=0.0, out=views[i])
 
-            elif per_tensor and all(g.dtype == wdt for g in grads):  # finite work copy: one fused pass
+            elif per_tensor and same:  # finite work copy: one fused pass
+                ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
                 for v, g in zip(views, grads):
                     torch.where(ok_b, g, zero, out=v)
-            else:
+            else:  # multi-tensor: one copy, then one pass over the joint work tensor
                 torch._foreach_copy_(views, grads)
-                buf.masked_fill_(~ok_b, 0.0)
+                if sanitize:
+                    torch.nan_to_num_(buf, nan=0.0, posinf=0.0, neginf=0.0)
+                else:
+                    buf.masked_fill_(ok_d == 0, 0.0)  # ok_d is 0 or 1
             if chain and identity:
                 decay = 1 - lr_wd * ok_d if _nonzero(lr_wd) else None
 
@@ -991,6 +1028,7 @@ class Spectra(torch.optim.Optimizer):
             base.direction_(w, [self._state(p, base) for p in params], group, ok_d, scale if identity else None)
             if w.pending:
                 raise RuntimeError(f"base {group['base']!r} declares chains=True but left a load/store untaken")
+            views, buf = w.u, w.buf  # a base may hand over its direction in tensors of its own (Work.hand_over)
             if store is not None:
                 continue  # the base applied the update tensor by tensor
             # (3) post-transform, once per stacked batch
