@@ -150,6 +150,13 @@ GRAD_BOUND = 1e18
 # SpectraAdamW with bf16 was 1.24-1.26x slower than fp32 at d = 192..512 and 0.93x at d = 1024.
 BF16_MIN_DIM = 1024
 
+def _home(group: dict) -> torch.device:
+    """The device of a group's first parameter (the CPU for an empty group or parameters on the meta device)."""
+    params = group["params"]
+    device = params[0].device if params else torch.device("cpu")
+    return torch.device("cpu") if device.type == "meta" else device
+
+
 def _counter(value) -> torch.Tensor:
     """A group's ``steps_taken`` as a fresh 0-d int64 CPU tensor (from an int or a tensor of a saved state)."""
     return torch.as_tensor(value, dtype=torch.int64, device="cpu").detach().clone().reshape(())
@@ -356,7 +363,9 @@ class Spectra(torch.optim.Optimizer):
             group["peak_lr"] = float(lr) if isinstance(lr, torch.Tensor) and lr.numel() == 1 else lr
         # a tensor, so that a compiled step does not specialise on its value (see _schedule_step)
         group["steps_taken"] = _counter(group.get("steps_taken", 0))
-        group.setdefault("skipped_steps", torch.zeros((), dtype=torch.int64))
+        # the counter lives where the step's skip flag is computed, the parameters' device: a compiled step sees it
+        # there from its first trace (moved by _init_group instead, it was still on the CPU in the traced view)
+        group.setdefault("skipped_steps", torch.zeros((), dtype=torch.int64, device=_home(group)))
         group.setdefault("capturable", True)  # no host sync in the step; see _init_group
         self._validate(group)
         self._take_sharded_path(group)
@@ -466,7 +475,7 @@ class Spectra(torch.optim.Optimizer):
                     for k, v in saved_state[pid].items()
                 }
         for g in self.param_groups:
-            g["skipped_steps"] = g["skipped_steps"].clone()
+            g["skipped_steps"] = g["skipped_steps"].to(device=_home(g), copy=True)
             g.setdefault("capturable", True)
             g.setdefault("check_finite", True)  # state dicts saved before these options existed
             g.setdefault("torch_kernel", True)
@@ -826,9 +835,11 @@ class Spectra(torch.optim.Optimizer):
             skipped = taken == 0  # (a product of 0/1 flags; one op where 1 - taken and a cast are two)
         for group in self.param_groups:
             if taken is not None:
-                if group["skipped_steps"].device != taken.device:
-                    group["skipped_steps"] = group["skipped_steps"].to(taken.device)
-                group["skipped_steps"].add_(skipped)
+                counter = group["skipped_steps"]
+                # (no branch on its device while traced: dynamo's view of the group can predate _init_group)
+                if not torch.compiler.is_compiling() and counter.device != taken.device:
+                    counter = group["skipped_steps"] = counter.to(taken.device)
+                counter.add_(skipped.to(counter.device, non_blocking=True))
             group["steps_taken"] += 1
         return loss
 

@@ -97,3 +97,11 @@ def test_steps_after_a_skip_use_fresh_flags():
         else:
             assert all(moved)
     assert int(opt.skipped_steps) == 1
+
+
+def test_skip_counter_of_meta_parameters_is_on_the_cpu():
+    """The skip counter is made on the parameters' device (see tests/optim/test_fused_cuda.py for CUDA); parameters
+    on the meta device (deferred initialisation) get a CPU counter, which ``_init_group`` moves to the gradients'
+    device at the first step."""
+    opt = O.AdamW([torch.nn.Parameter(torch.empty(4, 3, device="meta"))], lr=1e-3)
+    assert opt.param_groups[0]["skipped_steps"].device.type == "cpu"

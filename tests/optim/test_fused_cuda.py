@@ -170,3 +170,14 @@ def test_compiled_fused_cuda_step_equals_eager(name, kw):
         step()
     assert int(traced.skipped_steps) == int(opt.skipped_steps) == 1
     assert all(torch.equal(a, b) for a, b in zip(eager, params))
+
+
+def test_skip_counter_lives_on_the_parameters_device():
+    """The skip counter is made on the parameters' device (a compiled step sees it there from its first trace, and
+    never branches on its device) and a state dict saved on the CPU loads it there."""
+    params = [torch.nn.Parameter(x.clone()) for x in _init()]
+    opt = O.SGD(params, lr=1e-2, momentum=0.9)
+    assert opt.param_groups[0]["skipped_steps"].device.type == "cuda"
+    cpu = O.SGD([torch.nn.Parameter(x.cpu()) for x in _init()], lr=1e-2, momentum=0.9)
+    opt.load_state_dict(cpu.state_dict())
+    assert opt.param_groups[0]["skipped_steps"].device.type == "cuda"
