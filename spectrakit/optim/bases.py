@@ -183,16 +183,15 @@ def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight,
     the host (a sync on CUDA); the ``List`` overload with one 0-d weight per tensor does not. While
     ``torch.compile`` traces the step, per-tensor operations instead: inductor has no lowering for the ``List``
     overload and calls it as an opaque kernel (a fusion barrier per tensor and call; measured: 2 such calls
-    per parameter of a traced AdamW step). With ``bound < 0.5`` on the CPU, ``t <- t + (e - t) weight`` as one
+    per parameter of a traced AdamW step). With ``bound < 0.5``, ``t <- t + (e - t) weight`` as one
     ``addcmul_`` (``lerp``'s formula for ``|weight| < 0.5``, fused multiply-add as the CPU kernel of ``lerp``:
-    the same bits on the CPU, tested), two element-wise nodes per tensor; otherwise ``lerp_`` (which inductor
-    decomposes into both of ``lerp``'s formulas and a select; on CUDA ``addcmul`` and ``lerp`` round
-    differently).
+    the same bits on the CPU, tested; on CUDA ``lerp`` may round once less), two element-wise nodes per
+    tensor; otherwise ``lerp_`` (which inductor decomposes into both of ``lerp``'s formulas and a select).
     """
     weights = weight if isinstance(weight, list) else [weight] * len(targets)
     if torch.compiler.is_compiling():
         for t, e, wt in zip(targets, ends, weights):
-            if bound < 0.5 and t.is_cpu:
+            if bound < 0.5:
                 t.addcmul_(e - t, wt)
             else:
                 t.lerp_(e, wt)
