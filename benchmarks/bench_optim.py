@@ -654,6 +654,22 @@ def bench_host(d: int, device: str, reps: int) -> list[dict]:
             for name, ts in times.items()]
 
 
+def _report(args, title: str, rows: list[dict], section: str, load: tuple, detail: str = "") -> None:
+    """Print one measurement as a markdown section (title, device, torch, threads, ``detail``, date, load at the
+    start and end, the command, the table) and, unless ``--no-write``, put it into docs/BENCHMARKS.md under the
+    marker ``section`` followed by the device kind."""
+    env = environment()
+    text = (
+        f"### optim: {title}\n\ndevice: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · "
+        f"{detail}{env['date']} · load average {load[0]:.1f} (start), {os.getloadavg()[0]:.1f} (end)\n\n"
+        f"command: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
+    )
+    print(text)
+    if not args.no_write:
+        key = "cuda" if args.device.startswith("cuda") else "cpu"
+        write_section(section.format(key=key), text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -706,35 +722,16 @@ def main() -> None:
         if args.clock == "cpu" and not args.device.startswith("cpu"):
             parser.error(f"--clock cpu needs --device cpu, got --device {args.device}")
         rows = bench_parity(widths, args.device, args.reps, args.clock)
-        env = environment()
-        text = (
-            f"### optim: eager parity of the plain presets with torch (2-layer LLaMA, vocab 2048), interleaved "
-            f"rounds\n\ndevice: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · "
-            f"clock {args.clock} · "
-            f"{env['date']} · load average {load[0]:.1f} (start), {os.getloadavg()[0]:.1f} (end)\n\n"
-            f"command: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
-        )
-        print(text)
-        if not args.no_write:
-            key = "cuda" if args.device.startswith("cuda") else "cpu"
-            clock = "" if args.clock == "wall" else f"-{args.clock}"
-            write_section(f"optim-parity-{key}-{args.parity_widths}{clock}", text)
+        clock = "" if args.clock == "wall" else f"-{args.clock}"
+        _report(args, "eager parity of the plain presets with torch (2-layer LLaMA, vocab 2048), interleaved rounds",
+                rows, f"optim-parity-{{key}}-{args.parity_widths}{clock}", load, f"clock {args.clock} · ")
         return
     if args.host_overhead is not None:
         width = parse_widths(parser, str(args.host_overhead), "--host-overhead")[0]
         load = os.getloadavg()
         rows = bench_host(width, args.device, args.reps)
-        env = environment()
-        text = (
-            f"### optim: host overhead of the multi-tensor step (2-layer LLaMA, vocab 2048, d = {width}), "
-            f"interleaved rounds\n\ndevice: {env['device']} · torch {env['torch']} · threads "
-            f"{torch.get_num_threads()} · {env['date']} · load average {load[0]:.1f} (start), "
-            f"{os.getloadavg()[0]:.1f} (end)\n\ncommand: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
-        )
-        print(text)
-        if not args.no_write:
-            key = "cuda" if args.device.startswith("cuda") else "cpu"
-            write_section(f"optim-host-{key}-{width}", text)
+        _report(args, f"host overhead of the multi-tensor step (2-layer LLaMA, vocab 2048, d = {width}), interleaved "
+                "rounds", rows, f"optim-host-{{key}}-{width}", load)
         return
     if args.compile_widths:
         widths = parse_widths(parser, args.compile_widths, "--compile-widths")
@@ -747,17 +744,8 @@ def main() -> None:
                          f"got {bad or args.presets!r}")
         load = os.getloadavg()
         rows = bench_compile(widths, presets, args.device, args.reps, args.backend)
-        env = environment()
-        text = (
-            f"### optim: eager and compiled steps against torch (2-layer LLaMA, vocab 2048), interleaved rounds\n\n"
-            f"device: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · backend "
-            f"{args.backend} · {env['date']} · load average {load[0]:.1f} (start), {os.getloadavg()[0]:.1f} (end)"
-            f"\n\ncommand: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
-        )
-        print(text)
-        if not args.no_write:
-            key = "cuda" if args.device.startswith("cuda") else "cpu"
-            write_section(f"optim-compile-{key}-{args.backend}-{args.compile_widths}", text)
+        _report(args, "eager and compiled steps against torch (2-layer LLaMA, vocab 2048), interleaved rounds", rows,
+                f"optim-compile-{{key}}-{args.backend}-{args.compile_widths}", load, f"backend {args.backend} · ")
         return
     if args.widths:
         widths = parse_widths(parser, args.widths, "--widths")
@@ -765,20 +753,12 @@ def main() -> None:
         only = None if args.only is None else [w.strip() for w in args.only.split(",") if w.strip()]
         rows = bench_widths(widths, args.device, args.reps, args.max_bf16_s, lmo=not args.no_lmo,
                             polar_lmo=args.polar_lmo, only=only)
-        env = environment()
         from spectrakit.linalg import bf16_matmul_fast
 
-        text = (
-            f"### optim: step time by width (2-layer LLaMA, vocab 2048), interleaved rounds\n\n"
-            f"device: {env['device']} · torch {env['torch']} · threads {torch.get_num_threads()} · "
-            f"CPU capability {torch.backends.cpu.get_cpu_capability()} · bf16 matmuls fast: "
-            f"{bf16_matmul_fast(args.device)} · {env['date']} · load average {load[0]:.1f} (start), "
-            f"{os.getloadavg()[0]:.1f} (end)\n\ncommand: `{command_line()}`\n\n" + markdown_table(rows) + "\n"
-        )
-        print(text)
-        if not args.no_write:
-            tag = args.widths + ("" if only is None else "-" + "-".join(only).replace(" ", "_"))
-            write_section(f"optim-widths-{'cuda' if args.device.startswith('cuda') else 'cpu'}-{tag}", text)
+        tag = args.widths + ("" if only is None else "-" + "-".join(only).replace(" ", "_"))
+        _report(args, "step time by width (2-layer LLaMA, vocab 2048), interleaved rounds", rows,
+                f"optim-widths-{{key}}-{tag}", load, f"CPU capability {torch.backends.cpu.get_cpu_capability()} · "
+                f"bf16 matmuls fast: {bf16_matmul_fast(args.device)} · ")
         return
     preset = args.preset or ("124m" if args.device.startswith("cuda") else "small")
     rows, info = bench(preset, args.device, args.reps)

@@ -11,22 +11,12 @@ import pytest
 import torch
 
 import spectrakit.optim as O
-from spectrakit.optim.fused import fused_base
 from spectrakit.optim.spectra import GRAD_BOUND
+from tests.optim.test_fused import CASES, TORCH, _route
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 SHAPES = [(12, 8), (8, 12), (5,), (3, 2, 2, 2), (), (64, 48)]
-TORCH = {
-    "AdamW": lambda ps, **kw: torch.optim.AdamW(ps, fused=True, **kw),
-    "SGD": lambda ps, **kw: torch.optim.SGD(ps, fused=True, **kw),
-}
-CASES = [
-    ("AdamW", dict(lr=1e-2, weight_decay=0.1)),
-    ("AdamW", dict(lr=3e-3, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.0)),
-    ("SGD", dict(lr=1e-2, momentum=0.9)),
-    ("SGD", dict(lr=1e-2, momentum=0.95, nesterov=True)),
-]
 IDS = [f"{n}-{i}" for i, (n, _) in enumerate(CASES)]
 
 
@@ -54,11 +44,6 @@ def _run(make, init, grads, drop=None):
             p.grad = g.clone()
         opt.step()
     return params, opt
-
-
-def _route(opt):
-    group = opt.param_groups[0]
-    return fused_base(group, [p for p in group["params"] if p.grad is not None])
 
 
 @pytest.mark.parametrize("name,kw", CASES, ids=IDS)
