@@ -649,6 +649,10 @@ class Spectra(torch.optim.Optimizer):
         slot = ("plan", id(group))
         hit = self._scratch_bufs.get(slot)
         if hit is None or hit[0] != key:
+            if hit is None:  # a new group (load_state_dict makes new group dicts): drop the plans of the old ones
+                live = {id(g) for g in self.param_groups}
+                for old in [k for k in self._scratch_bufs if k[0] == "plan" and k[1] not in live]:
+                    del self._scratch_bufs[old]
             plan = self._plan(group)
             small = sum(p.numel() for batch in plan for p in batch[2]) <= MIN_BATCH_NUMEL
             hit = self._scratch_bufs[slot] = (key, plan, {} if small else None)

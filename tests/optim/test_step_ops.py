@@ -112,3 +112,19 @@ def test_host_overhead_bench_restores_the_cpu_path():
     ops = {r["optimizer"]: r["ops per step"] for r in rows}
     assert ops["torch AdamW (foreach)"] > max(ops["Lion"], ops["Signum"], ops["AdamW (torch_kernel=False)"])
     assert Spectra._per_tensor(torch.device("cpu")) and Spectra._flag_copies(torch.device("cpu"))
+
+
+def test_kept_plans_do_not_accumulate_over_state_dict_loads():
+    """``load_state_dict`` makes new group dicts: the plans (and kept work tensors) of the replaced groups are
+    dropped when the new ones are planned, so repeated loads keep one plan per group."""
+    ps = [torch.nn.Parameter(torch.randn(s)) for s in [(6, 4), (4, 6), (5,)]]
+    opt = O.Lion([{"params": ps[:2]}, {"params": ps[2:], "weight_decay": 0.0}], lr=1e-2)
+    for _ in range(4):
+        for p in ps:
+            p.grad = torch.randn_like(p)
+        opt.step()
+        opt.load_state_dict(opt.state_dict())
+    for p in ps:
+        p.grad = torch.randn_like(p)
+    opt.step()
+    assert sum(1 for k in opt._scratch_bufs if k[0] == "plan") == len(opt.param_groups) == 2
