@@ -71,9 +71,8 @@ def one(name, device, width, multi_tensor=False):
     if multi_tensor or name in FLAG_COPIES:
         from spectrakit.optim.spectra import Spectra
 
-        if multi_tensor:  # CUDA's code path: multi-tensor kernels, no per-batch copies of the skip flag
+        if multi_tensor:  # CUDA's code path: multi-tensor kernels (and so no per-batch copies of the skip flag)
             Spectra._per_tensor = staticmethod(lambda device: False)
-            Spectra._flag_copies = staticmethod(lambda device: False)
         if name in FLAG_COPIES:  # every batch reads its own copy of the skip flag, on any device
             Spectra._flag_copies = staticmethod(lambda device: True)
 
