@@ -15,8 +15,8 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
    ``lr`` or a 0-d tensor on the CPU or the parameters' device) is stepped by torch's fused kernel instead of
    steps 2-5 (:mod:`spectrakit.optim.fused`; ``torch_kernel=False`` turns this off), with the flag of step 1
    as its ``found_inf``; under ``torch.compile`` through an operator that calls the same kernel (one graph, the
-   eager numbers); a group with ``check_finite=False`` is left out of step 1 (its
-   gradients are not read, its step is not skipped for them);
+   eager numbers); a group with ``check_finite=False`` is left out of step 1 (its gradients are not read,
+   its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
    kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower; traced by
    ``torch.compile`` on CPU, one ``amax`` of ``|g|`` per gradient, see :meth:`Spectra._device_finite`);
