@@ -32,6 +32,13 @@ The non-finite check of the multi-tensor (CUDA) code path is a third operator, `
 (grads, bound)``: ``max_i ||g_i||_inf <= bound`` by torch's multi-tensor inf-norm kernel, one launch for the list.
 Traced as ``torch._foreach_norm``, inductor generated one reduction kernel per gradient (a plain AdamW step on an
 H100: 24 kernels and a 52 s first compile, torch AdamW's 10 s); as an operator call it compiles none.
+
+The step counter of each param group (``steps_taken``, a 0-d int64 CPU tensor: the clip schedules read it on the
+host without a device sync) is advanced by a fourth, ``torch.ops.spectrakit.count_step_(counter)``
+(``counter <- counter + 1`` in place). Traced as ``+= 1``, inductor generated a C++ kernel for it, the only CPU
+code of a step on a GPU, and that one kernel cost ~45 s of a cold first compile on an H100 (inductor probes the
+host's vector instruction sets by compiling test programs, then compiles the kernel): 58.6 s for a plain AdamW
+step there, against torch AdamW's 11.9 s; an operator call compiles nothing.
 """
 
 from __future__ import annotations
@@ -101,6 +108,11 @@ def grads_within(grads: list[torch.Tensor], bound: float) -> torch.Tensor:
     return (torch.stack(torch._foreach_norm(grads, float("inf"))) <= bound).all()
 
 
+def count_step(counter: torch.Tensor) -> None:
+    """``counter <- counter + 1`` in place: the kernel of ``torch.ops.spectrakit.count_step_``."""
+    counter.add_(1)
+
+
 def _grads_within_fake(grads, bound):
     return torch.empty((), dtype=torch.bool, device=grads[0].device)
 
@@ -110,6 +122,10 @@ _LIB.define("grads_within(Tensor[] grads, float bound) -> Tensor")
 _LIB.impl("grads_within", grads_within, "CompositeExplicitAutograd")
 torch.library.register_fake("spectrakit::grads_within", _grads_within_fake, lib=_LIB)
 grads_within_op = torch.ops.spectrakit.grads_within.default
+_LIB.define("count_step_(Tensor(a!) counter) -> ()")
+_LIB.impl("count_step_", count_step, "CompositeExplicitAutograd")
+torch.library.register_fake("spectrakit::count_step_", lambda counter: None, lib=_LIB)
+count_step_op = torch.ops.spectrakit.count_step_.default
 _ARGS = "int? steps, ScalarType? dtype, str regularizer, float b, float? p) -> Tensor[]"
 _LIB.define(f"post_transform(Tensor[] U, str name, float c, {_ARGS}")
 _LIB.define(f"post_transform.scheduled(Tensor[] U, str name, Tensor c, {_ARGS}")

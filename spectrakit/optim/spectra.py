@@ -102,7 +102,8 @@ from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_
-from spectrakit.optim.opaque import grads_within, grads_within_op, reads_step, traced_threshold, traced_transforms
+from spectrakit.optim.opaque import (count_step_op, grads_within, grads_within_op, reads_step, traced_threshold,
+                                     traced_transforms)
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
     LMO_POSTS,
@@ -160,6 +161,17 @@ def _home(group: dict) -> torch.device:
 def _counter(value) -> torch.Tensor:
     """A group's ``steps_taken`` as a fresh 0-d int64 CPU tensor (from an int or a tensor of a saved state)."""
     return torch.as_tensor(value, dtype=torch.int64, device="cpu").detach().clone().reshape(())
+
+
+def _count_step(group: dict) -> None:
+    """``steps_taken <- steps_taken + 1``; while ``torch.compile`` traces the step, one call of the operator
+    ``spectrakit::count_step_``, so that the compiled step holds no generated CPU code (on a GPU, that one
+    kernel of the CPU counter cost ~45 s of the first compile: :mod:`spectrakit.optim.opaque`)."""
+    counter = group["steps_taken"]
+    if torch.compiler.is_compiling() and isinstance(counter, torch.Tensor):
+        count_step_op(counter)
+    else:
+        group["steps_taken"] += 1
 
 
 def _traced_foreach(pre_c_k) -> bool:
@@ -806,7 +818,7 @@ class Spectra(torch.optim.Optimizer):
         ]
         if not grads:
             for group in self.param_groups:
-                group["steps_taken"] += 1
+                _count_step(group)
             return loss
         sparse = [tuple(g.shape) for g in grads if g.is_sparse]
         if sparse:
@@ -844,7 +856,7 @@ class Spectra(torch.optim.Optimizer):
                 if not torch.compiler.is_compiling() and counter.device != taken.device:
                     counter = group["skipped_steps"] = counter.to(taken.device)
                 counter.add_(skipped.to(counter.device, non_blocking=True))
-            group["steps_taken"] += 1
+            _count_step(group)
         return loss
 
     def _check_step_hyperparameters(self, index: int, group: dict) -> None:

@@ -268,3 +268,18 @@ def test_multi_tensor_check_is_one_operator_call():
                               if n.op == "call_function")
     assert ops["spectrakit.grads_within.default"] == 1, dict(ops)
     assert not any("_foreach_norm" in k for k in ops), dict(ops)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_step_counter_is_one_operator_call(path):
+    """The group's step counter (a 0-d int64 CPU tensor) advances by one call of ``spectrakit::count_step_`` in the
+    traced step: traced as ``+= 1`` it was an ``aten.add`` that inductor compiled into a C++ kernel, on a GPU the
+    compiled step's only CPU code (~45 s of an H100's cold first compile); the count equals the eager one."""
+    t = _traced("SpectraAdamW", path)
+    calls = [n for n in t.graph.nodes if n.op == "call_function"
+             and "count_step_" in str(n.target) + " ".join(map(str, n.args[:1]) if n.args else "")]
+    assert len(calls) == 1, [str(n.target) for n in t.graph.nodes if n.op == "call_function"]
+    int_adds = [n for n in t.graph.nodes if n.op == "call_function" and "aten.add" in str(n.target)
+                and len(n.args) > 1 and n.args[1] == 1]
+    assert not int_adds, int_adds
+    assert int(t.opt.param_groups[0]["steps_taken"]) == int(t.ref.param_groups[0]["steps_taken"]) == 4

@@ -142,10 +142,13 @@ def test_float64_lr_on_cuda_takes_the_pipeline():
 
 @pytest.mark.parametrize("name,kw", CASES[::2], ids=IDS[::2])
 def test_compiled_fused_cuda_step_equals_eager(name, kw):
-    """``torch.compile`` (aot_eager) traces the fused CUDA step as one operator call: the eager numbers, a skipped
-    step included."""
+    """``torch.compile`` (aot_eager) traces the fused CUDA step as one operator call, its Python-number ``lr`` a
+    float32 tensor on the device (no CPU code in the graph): bit for bit the eager step given that tensor, a
+    skipped step included, and the eager step with the Python number within one rounding of the parameters."""
     init, grads = _init(), _grads(4, bad=(2, float("nan")))
-    eager, opt = _run(lambda ps: getattr(O, name)(ps, **kw), init, grads)
+    lr32 = torch.tensor(kw["lr"], dtype=torch.float32, device="cuda")
+    eager, opt = _run(lambda ps: getattr(O, name)(ps, **{**kw, "lr": lr32}), init, grads)
+    plain, _ = _run(lambda ps: getattr(O, name)(ps, **kw), init, grads)
     params = [torch.nn.Parameter(x.clone()) for x in init]
     traced = getattr(O, name)(params, **kw)
     step = torch.compile(traced.step, backend="aot_eager")
@@ -155,6 +158,9 @@ def test_compiled_fused_cuda_step_equals_eager(name, kw):
         step()
     assert int(traced.skipped_steps) == int(opt.skipped_steps) == 1
     assert all(torch.equal(a, b) for a, b in zip(eager, params))
+    for a, b in zip(plain, params):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert int(traced.param_groups[0]["steps_taken"]) == 4
 
 
 def test_skip_counter_lives_on_the_parameters_device():
