@@ -48,6 +48,7 @@ import math
 import torch
 
 from spectrakit.optim.fused import number_tensor
+from spectrakit.optim.joint import stack_scalars
 from spectrakit.optim.schedules import clip_threshold
 from spectrakit.optim.transforms import LMO_POSTS, POST_TRANSFORMS
 
@@ -105,7 +106,7 @@ def _threshold_fake(steps_taken, lr, c, peak_lr, warmup_steps, warmup, decay, de
 def grads_within(grads: list[torch.Tensor], bound: float) -> torch.Tensor:
     """0-d bool tensor: ``max_i ||g_i||_inf <= bound`` (a NaN entry fails the comparison) for gradients on one
     device, by torch's multi-tensor inf-norm kernel; the kernel of ``torch.ops.spectrakit.grads_within``."""
-    return (torch.stack(torch._foreach_norm(grads, float("inf"))) <= bound).all()
+    return (stack_scalars(torch._foreach_norm(grads, float("inf"))) <= bound).all()
 
 
 def count_step(counter: torch.Tensor) -> None:

@@ -102,8 +102,15 @@ from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_
-from spectrakit.optim.opaque import (count_step_op, grads_within, grads_within_op, reads_step, traced_threshold,
-                                     traced_transforms)
+from spectrakit.optim.joint import stack_scalars
+from spectrakit.optim.opaque import (
+    count_step_op,
+    grads_within,
+    grads_within_op,
+    reads_step,
+    traced_threshold,
+    traced_transforms,
+)
 from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import (
     LMO_POSTS,
@@ -1049,7 +1056,8 @@ class Spectra(torch.optim.Optimizer):
                     self._post_flags.append(fin)
                     ok_d = ok_d * fin
                 elif group["vector_clip"]:
-                    w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), pre_c_k))
+                    norms = stack_scalars(torch._foreach_norm(views))
+                    w.mul_(vector_clip_factors(group["vector_clip"], norms, pre_c_k))
             scale = (-lr * alpha) * ok_d  # the update is p <- (1 - lr wd ok) p + scale * post(U)
             # (2) base direction, in place (identity post-transform: the base applies scale, its last operation)
             base.direction_(w, [self._state(p, base) for p in params], group, ok_d, scale if identity else None)
@@ -1070,7 +1078,7 @@ class Spectra(torch.optim.Optimizer):
                     continue
                 upd = self._post_transform_groups([batch])[0]  # the work tensor or a fresh output: ours to modify
             else:
-                w.mul_(vector_clip_factors(group["vector_clip"], torch.stack(torch._foreach_norm(views)), c_k))
+                w.mul_(vector_clip_factors(group["vector_clip"], stack_scalars(torch._foreach_norm(views)), c_k))
                 upd = buf
             if not identity and kind == "matrix":
                 self._finish_matrix_batch(params, upd, lr_wd, ok_d, scale, per_tensor)
