@@ -11,8 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 say() { echo "install.sh: $*"; }
-if "$PY" -c "import torch" >/dev/null 2>&1; then
-    say "torch $("$PY" -c 'import torch; print(torch.__version__)') is already installed: kept"
+if torch_version=$("$PY" -c "import torch; print(torch.__version__)" 2>/dev/null); then
+    say "torch $torch_version is already installed: kept"
 elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     say "NVIDIA GPU found: installing torch==2.13.0 with CUDA (about 3 GB, a few minutes)"
     "$PY" -m pip install --quiet "torch==2.13.0"
@@ -22,8 +22,13 @@ else
         --extra-index-url https://download.pytorch.org/whl/cpu "torch==2.13.0" 2>/dev/null \
         || "$PY" -m pip install --quiet "torch==2.13.0"
 fi
-say "installing spectrakit (editable), its test tools and the frameworks of examples/ (about 20 s)"
-"$PY" -m pip install --quiet -e ".[test,examples]"
+# (a second run skips pip when this folder is installed, editable, with every requirement of pyproject.toml)
+if "$PY" -I scripts/installed.py >/dev/null 2>&1; then
+    say "spectrakit (editable, this folder) and its requirements are installed: kept"
+else
+    say "installing spectrakit (editable), its test tools and the frameworks of examples/ (about 20 s)"
+    "$PY" -m pip install --quiet -e ".[test,examples]"
+fi
 if [ -d /usr/share/datasets/fashion-mnist ]; then
     say "Fashion-MNIST found in /usr/share/datasets/fashion-mnist"
 elif command -v apt-get >/dev/null 2>&1; then
