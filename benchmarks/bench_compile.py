@@ -145,7 +145,7 @@ def one(name, device, width, multi_tensor=False):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available, else cpu)")
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--budget", type=float, default=300.0)
     ap.add_argument("--names", default=",".join(NAMES), help="comma-separated, among: " + ", ".join(ALL))
@@ -166,6 +166,10 @@ def main():
         return
     import torch
 
+    if a.device is None:
+        a.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {a.device}: this torch has no CUDA device (torch {torch.__version__}); use --device cpu")
     where = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"torch {torch.__version__}, {where}, threads {torch.get_num_threads()}, "
