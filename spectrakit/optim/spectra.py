@@ -562,19 +562,14 @@ class Spectra(torch.optim.Optimizer):
         magnitude (NaN fails the comparison). Multi-tensor device: the fused
         ``_foreach_norm(inf)`` (one kernel); CPU: per-tensor ``aminmax`` (min and max are finite iff every
         entry is: NaN propagates, +-inf is the max/min) into a buffer kept across steps (:meth:`_aminmax_out`),
-        about 10x faster there than the unvectorised inf-norm; while ``torch.compile`` traces the step there,
-        ``max_i amax(|g_i|) <= GRAD_BOUND``, one
-        single-output reduction per gradient and no stack of their results (inductor copies each stacked 0-d
-        result in a kernel of its own); the same flag. (On CUDA the traced check is one call of the operator
-        ``spectrakit::grads_within`` running torch's kernel, where inductor generated a reduction kernel per
-        gradient: :mod:`spectrakit.optim.opaque`.)"""
+        about 10x faster there than the unvectorised inf-norm. While ``torch.compile`` traces the step, on every
+        device one call of the operator ``spectrakit::grads_within`` running the same check (CPU: ``aminmax``;
+        :mod:`spectrakit.optim.opaque`): traced as reductions, inductor generated a kernel per gradient (CPU,
+        d = 256, cold cache: plain AdamW 23 kernels and a compiled step 1.13x its eager one, against 2 kernels and
+        1.07x with the operator; MARS's first compile 30.5 -> 21.9 s of CPU)."""
         if self._per_tensor(grads[0].device):
-            if torch.compiler.is_compiling():  # one reduction per gradient, no stacked copy of the results
-                top = None
-                for g in grads:  # NaN propagates through amax and maximum, and fails the comparison
-                    m = g.abs().amax()
-                    top = m if top is None else torch.maximum(top, m)
-                return top <= GRAD_BOUND
+            if torch.compiler.is_compiling():  # one operator call running this same check (no generated code)
+                return grads_within_op(grads, GRAD_BOUND, True)
             dtype = grads[0].dtype
             if any(g.dtype is not dtype for g in grads):
                 return (torch.stack([x for g in grads for x in torch.aminmax(g)]).abs() <= GRAD_BOUND).all()

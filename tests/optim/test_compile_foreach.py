@@ -202,18 +202,20 @@ def _flag_copies(graph) -> int:
 def test_traced_checks_are_single_reductions_and_each_batch_has_its_flag(name):
     """How the traced step reads its skip flag and checks finiteness on the CPU's path, in the functionalized
     graph: the shapes that keep inductor's first compile short on a CPU (docs/BENCHMARKS.md, "Compile-first").
-    No ``aminmax`` (two accumulators in inductor's code), no ``nan_to_num`` (three selects and an unvectorised
-    ``isnan``), no stack of 0-d reduction results (inductor copies each in a kernel of its own): one ``amax`` per
-    gradient and per matrix batch's update; and every batch (3: ``MATRICES`` x (16, 8), (8, 16), the flat one)
-    reads a stored copy of the skip flag (at least one per batch: inductor's fusion search pairs the nodes that
-    read one buffer)."""
+    The gradients' check is one call of ``spectrakit::grads_within`` (the eager ``aminmax`` check: traced as one
+    reduction per gradient, it was a generated kernel each); no traced ``aminmax`` (two accumulators in inductor's
+    code), no ``nan_to_num`` (three selects and an unvectorised ``isnan``), no stack of 0-d reduction results
+    (inductor copies each in a kernel of its own): one ``amax`` per matrix batch's update; and every batch (3:
+    ``MATRICES`` x (16, 8), (8, 16), the flat one) reads a stored copy of the skip flag (at least one per batch:
+    inductor's fusion search pairs the nodes that read one buffer)."""
     graph = _traced(name, "per_tensor").graph
     ops = collections.Counter(str(n.target) for n in graph.nodes if n.op == "call_function")
     assert not any("aminmax" in k or "nan_to_num" in k for k in ops), dict(ops)
     stacks = [n for n in graph.nodes if n.op == "call_function" and "stack" in str(n.target)
               and all(a.meta["val"].ndim == 0 and "amax" in str(getattr(a, "target", "")) for a in n.args[0])]
     assert not stacks
-    assert ops["aten.amax.default"] == len(SHAPES) + 2  # every gradient, and the two matrix batches' updates
+    assert ops["spectrakit.grads_within.default"] == 1, dict(ops)
+    assert ops["aten.amax.default"] == 2  # the two matrix batches' updates
     assert _flag_copies(graph) >= 3
 
 
