@@ -54,5 +54,3 @@ def test_this_checkout(check):
     expected = check.installed_here(project, ROOT) and check.requirements_met(project)
     rc = subprocess.run([sys.executable, "-I", os.path.join(ROOT, "scripts", "installed.py")]).returncode
     assert rc == (0 if expected else 1)
-    if os.environ.get("CI"):  # .ci/run has just run install.sh on this checkout
-        assert rc == 0
