@@ -104,6 +104,7 @@ from spectrakit.optim.bases import BASES, Work, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_
 from spectrakit.optim.joint import stack_scalars
 from spectrakit.optim.opaque import (
+    aminmax_within,
     count_step_op,
     grads_within,
     grads_within_op,
@@ -570,13 +571,7 @@ class Spectra(torch.optim.Optimizer):
         if self._per_tensor(grads[0].device):
             if torch.compiler.is_compiling():  # one operator call running this same check (no generated code)
                 return grads_within_op(grads, GRAD_BOUND, True)
-            dtype = grads[0].dtype
-            if any(g.dtype is not dtype for g in grads):
-                return (torch.stack([x for g in grads for x in torch.aminmax(g)]).abs() <= GRAD_BOUND).all()
-            out = self._aminmax_out(len(grads), dtype, grads[0].device)
-            for g, lo_hi in zip(grads, out[1]):
-                torch.aminmax(g, out=lo_hi)
-            return (out[0].abs() <= GRAD_BOUND).all()
+            return aminmax_within(grads, GRAD_BOUND, self._aminmax_out(len(grads), grads[0].dtype, grads[0].device))
         # traced: one operator call of the same kernel (inductor would generate a reduction kernel per gradient)
         return (grads_within_op if torch.compiler.is_compiling() else grads_within)(grads, GRAD_BOUND)
 
