@@ -121,7 +121,7 @@ def _finish(proc, expected):
 
 # A fresh interpreter imports torch and the commands before the situations after start-up (about 7 s of CPU):
 # the default tier runs one signal per such situation in a child forked from this interpreter (``_Forked``), the
-# soak tier (which .ci/run also runs) the other one in a fresh interpreter, as a user starts it.
+# soak tier (.ci/run runs it on a fast enough machine) the other one in a fresh interpreter, as a user starts it.
 # The start-up tests stop the process before those imports (a fraction of a second each): all in the default tier.
 SOAK = pytest.mark.soak
 

@@ -37,7 +37,7 @@ def _check_header(text: str, report: dict) -> None:
     assert "--device cpu --tiny" in report["env"]["command"]
 
 
-@pytest.mark.soak  # every stage end to end (about a minute of CPU): in the soak tier that .ci/run also runs
+@pytest.mark.soak  # every stage end to end (about a minute of CPU); .ci/run runs the soak tier on a fast machine
 def test_whole_suite_tiny_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["spectrakit", "gpu-suite", "--device", "cpu", "--tiny"])
     rc, report, text, out = _suite(tmp_path)

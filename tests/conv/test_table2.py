@@ -4,7 +4,7 @@ The published ratios come from one Gaussian kernel each; single kernels scatter 
 mean ratio (measured), so each row compares the mean over 3 kernels with the published value (+-0.03).
 
 The 3x3 row runs in the default tier; the 5x5 and 7x7 rows (the same code on larger kernels, 17-23 s each on
-one core) run in the soak tier, which .ci/run also runs."""
+one core) run in the soak tier, which .ci/run also runs on a fast enough machine."""
 
 import pytest
 
