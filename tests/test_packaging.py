@@ -74,7 +74,7 @@ def _see_running_site_packages(py):
         f.write("\n".join(_site_dirs()) + "\n")
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # (30-60 s on 2 cores; .ci/run's newcomer path runs it in a fresh virtual environment)
 def test_wheel_builds_installs_and_imports(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
