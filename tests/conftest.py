@@ -74,17 +74,17 @@ LONGEST_FIRST = (
 )
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 
-# Heavier variants moved to the soak tier (``pytest -m soak``; .ci/run runs it when the machine is fast enough),
-# each beside a lighter sibling that stays in the default tier, so that the README's test command stays short on
-# a slow 2-core machine (a 2-core Intel Xeon VM, where the command took 21-22 min of pytest on 2026-11-26 and
-# a first aot_eager trace in a test process 20-30 s): more presets and code paths of the same traced-step checks (the
-# default tier keeps SpectraAdamW and Muon on the multi-tensor path, SpectraAdamW and SGD against eager, one
-# float-lr and one schedule trace, vector_clip_only and unchecked among the options), the examples under
-# Lightning, the Hugging Face Trainer and 2-D FSDP2 x TP (the nanoGPT-style and FSDP2 examples stay), the
-# training loop's aot_eager step (the SPECTRA step's stays), the launcher's spawn start method (the
-# fork-server default stays), the one-graph checks of more plain presets (AdamW's and Muon's stay), and the
-# sharded optimizer's compiled step and checkpoint resume on 2 ranks (their 2-rank set-up alone took 88 s there;
-# a sharded checkpoint's exact resume stays in tests/train/test_parallel.py and the FSDP2 example's test).
+# Heavier variants moved to the soak tier (``pytest -m soak``; .ci/run runs it when the machine is fast enough), each
+# beside a lighter sibling that stays in the default tier, so that the README's test command stays short on a slow
+# 2-core machine (a 2-core Intel Xeon VM, where a first aot_eager trace in a test process takes 20-30 s and the command
+# took 22 min of pytest before these moved, 19 min after, 2026-11-26): more presets and code paths of the same
+# traced-step checks (the default tier keeps SpectraAdamW and Muon on the multi-tensor path, SpectraAdamW and SGD
+# against eager, one float-lr and one schedule trace, vector_clip_only and unchecked among the options), the examples
+# under Lightning, the Hugging Face Trainer and 2-D FSDP2 x TP (the nanoGPT-style and FSDP2 examples stay), the training
+# loop's aot_eager step (the SPECTRA step's stays), the launcher's spawn start method (the fork-server default stays),
+# the one-graph checks of more plain presets (AdamW's and Muon's stay), and the sharded optimizer's compiled step and
+# checkpoint resume on 2 ranks (their 2-rank set-up alone took 88 s there; a sharded checkpoint's exact resume stays in
+# tests/train/test_parallel.py and the FSDP2 example's test).
 SOAK_VARIANTS = frozenset({
     "examples/test_examples.py::test_fsdp2_tp_torchrun_resumes_on_another_mesh",
     "examples/test_examples.py::test_lightning_module_matches_the_plain_loop",

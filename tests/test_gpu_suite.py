@@ -154,10 +154,11 @@ def test_compare_past_its_budget_is_interrupted_and_recorded(tmp_path):
     entry = gpu_suite.run_stage("compare", ctx)
     assert entry["status"] == "failed" and "time budget" in entry["error"] and "--resume" in entry["error"]
     # the command was stopped, not run to its end: its log ends with the command line's one line for SIGINT
-    # (its handlers are installed before torch is imported). No bound on the seconds: on a loaded 2-core
-    # machine the interrupted stage took 94 s.
-    log = (tmp_path / "compare" / "compare.log").read_text()
-    assert log.strip().splitlines()[-1] == "interrupted (SIGINT, Ctrl-C)"
+    # (its handlers are installed before torch is imported), or, for a signal that lands in the interpreter's
+    # own start-up, before those handlers exist, with Python's KeyboardInterrupt or nothing. No bound on the
+    # seconds: on a loaded 2-core machine the interrupted stage took 94 s.
+    log = (tmp_path / "compare" / "compare.log").read_text().strip().splitlines()
+    assert not log or log[-1] in ("interrupted (SIGINT, Ctrl-C)", "KeyboardInterrupt"), log[-5:]
 
 
 def test_compare_stage_reads_the_table_in_compare_order(tmp_path, monkeypatch):
