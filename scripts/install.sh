@@ -26,7 +26,7 @@ fi
 if "$PY" -I scripts/installed.py >/dev/null 2>&1; then
     say "spectrakit (editable, this folder) and its requirements are installed: kept"
 else
-    say "installing spectrakit (editable), its test tools and the frameworks of examples/ (20 s to over 10 min, by machine and pip cache)"
+    say "installing spectrakit (editable), its test tools and the frameworks of examples/ (20 s to over 20 min, by machine and pip cache)"
     "$PY" -m pip install --quiet -e ".[test,examples]"
 fi
 if [ -d /usr/share/datasets/fashion-mnist ]; then
