@@ -14,10 +14,13 @@ the tensor-parallel ranks (this small model's attention reshapes by the full wid
 of a data-parallel group read the same batches. The batches depend on the number of data-parallel ranks
 (``--batch-size`` is per rank), so a run resumed with another ``--dp`` continues on other data.
 
-This example has no ``--compile`` (``examples/fsdp2_torchrun.py`` has): with torch 2.13 on the CPU, blocks
-holding tensor-parallel layers compiled with ``torch.compile`` (``aot_eager`` backend) trained to other losses
-than the eager model from the second step on (2 ranks, tp = 2: 5.5328 against 5.5179), while dynamo alone
-(``backend="eager"``) matched; compiling such blocks is not supported here until that is understood.
+``--compile`` compiles each transformer block's forward and backward with ``torch.compile`` (in place, after
+tensor parallelism and before ``fully_shard``, so parameter names and checkpoints are those of the eager model;
+``--compile-backend aot_eager`` compiles in seconds on a CPU); the sharded optimizer step stays eager. The
+embedding's output is copied (``clone``) before it enters the first compiled block: tensor parallelism hands it
+over as the pending result of its all-reduce (an ``AsyncCollectiveTensor``), and a compiled region that takes
+such a tensor as its input loses the gradient of it in torch 2.13 (pytorch/pytorch#184980; on a CPU with gloo
+the embedding's gradient came out zero under FSDP2, and without FSDP2 the backward raised an ``AttributeError``).
 """
 
 import argparse
@@ -53,6 +56,9 @@ parser.add_argument("--ckpt", default=None, help="DCP checkpoint folder, written
 parser.add_argument("--resume", action="store_true", help="load --ckpt first and continue from its step")
 parser.add_argument("--stop-after", type=int, default=None,
                     help="stop and checkpoint after this many steps (a preempted job); the schedule spans --steps")
+parser.add_argument("--compile", action="store_true", help="torch.compile each transformer block")
+parser.add_argument("--compile-backend", default="inductor",
+                    help="torch.compile backend with --compile (default inductor; aot_eager compiles fastest)")
 args = parser.parse_args()
 
 world = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun; checked before any rank joins the group,
@@ -74,7 +80,12 @@ for i in range(len(model.blocks)):
     plan.update({f"blocks.{i}.mlp.gate_proj": ColwiseParallel(), f"blocks.{i}.mlp.up_proj": ColwiseParallel(),
                  f"blocks.{i}.mlp.down_proj": RowwiseParallel()})
 parallelize_module(model, mesh["tp"], plan)
+if args.compile:
+    # a plain tensor into the compiled blocks, not the all-reduce's pending result (module docstring)
+    model.embed.register_forward_hook(lambda module, inputs, out: out.clone())
 for block in model.blocks:
+    if args.compile:
+        block.compile(backend=args.compile_backend)  # in place: parameter names (and checkpoints) unchanged
     fully_shard(block, mesh=mesh["dp"])
 fully_shard(model, mesh=mesh["dp"])  # tensor-parallel matrices are now 2-D DTensors on (dp, tp)
 
