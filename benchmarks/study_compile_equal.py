@@ -5,7 +5,17 @@ NaN (a skipped step); prints, per optimizer and backend, whether the parameters 
 largest difference relative to the largest entry.
 
 Usage: ``python benchmarks/study_compile_equal.py [--device cuda] [--names SpectraAdamW,Muon]
-[--backends aot_eager] [--post-dtype float32]``. Results: docs/BENCHMARKS.md ("H100 results", fourth run).
+[--backends aot_eager] [--post-dtype float32] [--trace-post] [--exact-bf16-reductions]``.
+
+``--trace-post`` records every call of the matrix post-transform (Muon's Newton-Schulz) in the eager and the
+compiled step and prints, call by call, whether the input layouts (shape, strides, storage offset, data pointer
+modulo 256 bytes, dtype), the input values and the output values agree: where a compiled step differs, this says
+whether the transform got other inputs or gave other outputs for the same ones. (The first calls are each
+optimizer's warm-up on small matrices; in the step with the NaN, which both skip, the inputs differ: the eager
+step zeroes only the gradient's non-finite entries, the traced one the whole gradient.) ``--exact-bf16-reductions`` sets
+``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False`` first (cuBLAS may otherwise choose
+reduced-precision reductions in bf16 products, differently for differently laid-out inputs).
+Results: docs/BENCHMARKS.md ("H100 results", fourth run).
 """
 import argparse
 import time
@@ -13,6 +23,39 @@ import time
 import torch
 
 import spectrakit.optim as O
+from spectrakit.optim.transforms import POST_TRANSFORMS
+
+CALLS: dict[str, list] = {"eager": [], "compiled": []}
+_WHO = ["eager"]
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.data_ptr() % 256, str(t.dtype))
+
+
+def _recording(fn):
+    """``fn`` that also keeps (input layout, input copy, output copy) of each call under the current label."""
+    def wrapper(U, *args, **kwargs):
+        out = fn(U, *args, **kwargs)
+        CALLS[_WHO[0]].append((_layout(U), U.detach().clone(), out.detach().clone()))
+        return out
+
+    return wrapper
+
+
+def post_report() -> str:
+    """Call by call: eager against compiled post-transform inputs and outputs (``--trace-post``)."""
+    lines = []
+    for i, (e, c) in enumerate(zip(CALLS["eager"], CALLS["compiled"])):
+        same_in = e[1].shape == c[1].shape and torch.equal(e[1], c[1])
+        same_out = e[2].shape == c[2].shape and torch.equal(e[2], c[2])
+        lay = "same layout" if e[0] == c[0] else f"layouts eager {e[0]} compiled {c[0]}"
+        lines.append(f"  post call {i}: inputs equal={same_in} outputs equal={same_out}, {lay}")
+    if len(CALLS["eager"]) != len(CALLS["compiled"]):
+        lines.append(f"  calls: eager {len(CALLS['eager'])}, compiled {len(CALLS['compiled'])}")
+    for v in CALLS.values():
+        v.clear()
+    return "\n".join(lines)
 
 SHAPES = [(64, 32), (64, 32), (32, 64), (48, 48), (32,)]
 
@@ -33,7 +76,9 @@ def compare(name: str, backend: str, dev: str, post_dtype: str | None = None) ->
     for gs in grads:
         for pa, pb, g in zip(eager_ps, traced_ps, gs):
             pa.grad, pb.grad = g.clone(), g.clone()
+        _WHO[0] = "eager"
         eager.step()
+        _WHO[0] = "compiled"
         step()
     rel = max(((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item() for a, b in zip(eager_ps, traced_ps))
     same = all(torch.equal(a, b) for a, b in zip(eager_ps, traced_ps))
@@ -47,7 +92,16 @@ def main():
     ap.add_argument("--backends", default="aot_eager")
     ap.add_argument("--post-dtype", default=None,
                     help="the Muons' Newton-Schulz dtype (post_dtype), e.g. float32; default: the optimizer's")
+    ap.add_argument("--trace-post", action="store_true",
+                    help="compare the matrix post-transform's inputs and outputs call by call (module docstring)")
+    ap.add_argument("--exact-bf16-reductions", action="store_true",
+                    help="torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False")
     a = ap.parse_args()
+    if a.exact_bf16_reductions:
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    if a.trace_post:
+        for key in ("newton_schulz5", "newton_schulz5_spectral"):
+            POST_TRANSFORMS[key] = _recording(POST_TRANSFORMS[key])
     for name in a.names.split(","):
         for backend in a.backends.split(","):
             t0 = time.time()
@@ -56,6 +110,8 @@ def main():
             except Exception as e:  # a backend that fails to compile is a result here
                 out = f"FAILED {type(e).__name__}: {str(e)[:300]}"
             print(f"{name:14s} {backend:10s} {out} ({time.time() - t0:.1f} s)", flush=True)
+            if a.trace_post and (CALLS["eager"] or CALLS["compiled"]):
+                print(post_report(), flush=True)
 
 
 if __name__ == "__main__":

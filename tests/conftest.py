@@ -80,7 +80,8 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))
 # took 22 min of pytest before these moved, 19 min after, 2026-11-26): more presets and code paths of the same
 # traced-step checks (the default tier keeps SpectraAdamW and Muon on the multi-tensor path, SpectraAdamW and SGD
 # against eager, one float-lr and one schedule trace, vector_clip_only and unchecked among the options), the examples
-# under Lightning, the Hugging Face Trainer and 2-D FSDP2 x TP (the nanoGPT-style and FSDP2 examples stay), the training
+# under Lightning, the Hugging Face Trainer and 2-D FSDP2 x TP (the nanoGPT-style and FSDP2 examples and the FSDP2 x TP
+# example's compiled-vs-eager run on 1x2 stay), the training
 # loop's aot_eager step (the SPECTRA step's stays), the launcher's spawn start method (the fork-server default stays),
 # the one-graph checks of more plain presets (AdamW's and Muon's stay), and the sharded optimizer's compiled step and
 # checkpoint resume on 2 ranks (their 2-rank set-up alone took 88 s there; a sharded checkpoint's exact resume stays in

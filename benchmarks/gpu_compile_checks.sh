@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU checks of the compile-first work, for a lent GPU with little time: two parts, each under ~8 minutes on
+# one H100, so that each fits one 10-minute command. Outputs go to $OUT (default gpu_compile_checks/).
+#
+#   bash benchmarks/gpu_compile_checks.sh 1   # GPU tests; compiled-vs-eager equality with the Newton-Schulz traced
+#   bash benchmarks/gpu_compile_checks.sh 2   # first-compile times; eager step against torch's foreach/fused
+#
+# Part 1: `pytest -m gpu tests/` (the compiled fused CUDA step with its float32 lr, the sync checks), then
+# study_compile_equal.py with --trace-post, with and without cuBLAS's reduced-precision bf16 reductions (is Muon's
+# compiled-vs-eager difference on CUDA in the Newton-Schulz inputs or in its products?).
+# Part 2: bench_compile.py (cold first compile of torch AdamW and the presets, fresh process each) and
+# bench_optim.py --parity-widths (AdamW/SGD against torch's foreach and fused, Lion/Signum against torch AdamW).
+set -u
+cd "$(dirname "$0")/.."
+OUT="${OUT:-gpu_compile_checks}"
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+unset TORCH_LOGS  # an empty TORCH_LOGS makes torch's logging set-up fail at import
+part="${1:-}"
+run() {  # name, command...: the command's output to $OUT/name.txt and the terminal, its exit status noted
+    local name="$1"; shift
+    echo "=== $name: $* ($(date -u +%H:%M:%S))"
+    "$@" 2>&1 | tee "$OUT/$name.txt"
+    echo "=== $name: exit ${PIPESTATUS[0]} ($(date -u +%H:%M:%S))"
+}
+case "$part" in
+1)
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+    run gpu_tests timeout 300 python -m pytest -q -m gpu tests/ -p no:cacheprovider
+    run compile_equal timeout 90 python benchmarks/study_compile_equal.py --device cuda --trace-post
+    run compile_equal_exact timeout 60 python benchmarks/study_compile_equal.py --device cuda --names Muon \
+        --trace-post --exact-bf16-reductions
+    ;;
+2)
+    run compile_times timeout 330 python benchmarks/bench_compile.py --device cuda --width 256 --budget 300 \
+        --names "torch AdamW,AdamW,SGD,SpectraAdamW,Lion"
+    run parity timeout 120 python benchmarks/bench_optim.py --device cuda --parity-widths 256,1024 --reps 25 \
+        --no-write
+    ;;
+*)
+    echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2" >&2
+    exit 2
+    ;;
+esac
