@@ -151,6 +151,16 @@ def ranks(args, env, nproc, timeout=300) -> str:
     return proc.stdout
 
 
+def eager_and_compiled_resumed(script, env, nproc: int, stop_after: int, ckpt: str) -> tuple[list, list]:
+    """The losses of ``script`` run eagerly, and of the same run compiled (``--compile``, ``aot_eager``) in two parts:
+    stopped and checkpointed after ``stop_after`` steps, then resumed from ``ckpt``, compiled again."""
+    eager = losses(ranks(script, env, nproc))
+    compiled = [*script, "--compile", "--compile-backend", "aot_eager"]
+    first = losses(ranks([*compiled, "--ckpt", ckpt, "--stop-after", str(stop_after)], env, nproc))
+    second = losses(ranks([*compiled, "--ckpt", ckpt, "--resume"], env, nproc))
+    return eager, first + second
+
+
 @pytest.mark.soak
 @needs("transformers")
 @needs("accelerate")
@@ -200,12 +210,8 @@ def test_fsdp2_example_compiled_matches_eager_and_resumes(data_env, tmp_path):
     compiled again, to them."""
     env, data = data_env
     script = [sys.executable, "examples/fsdp2_torchrun.py", "--steps", "5", *SMALL, *data]
-    eager = losses(ranks(script, env, 2))
-    compiled = [*script, "--compile", "--compile-backend", "aot_eager"]
-    ckpt = str(tmp_path / "ckpt")
-    first = losses(ranks([*compiled, "--ckpt", ckpt, "--stop-after", "3"], env, 2))
-    second = losses(ranks([*compiled, "--ckpt", ckpt, "--resume"], env, 2))
-    assert len(eager) == 5 and first + second == pytest.approx(eager, abs=1e-6)
+    eager, resumed = eager_and_compiled_resumed(script, env, 2, 3, str(tmp_path / "ckpt"))
+    assert len(eager) == 5 and resumed == pytest.approx(eager, abs=1e-6)
 
 
 @pytest.mark.distributed
@@ -263,9 +269,5 @@ def test_fsdp2_tp_example_compiled_resumes(data_env, tmp_path):
     env, data = data_env
     script = [sys.executable, "examples/fsdp2_tp_torchrun.py", "--steps", "3", "--dp", "2", "--tp", "2", *SMALL,
               *data]
-    eager = losses(ranks(script, env, 4))
-    compiled = [*script, "--compile", "--compile-backend", "aot_eager"]
-    ckpt = str(tmp_path / "ckpt")
-    first = losses(ranks([*compiled, "--ckpt", ckpt, "--stop-after", "2"], env, 4))
-    second = losses(ranks([*compiled, "--ckpt", ckpt, "--resume"], env, 4))
-    assert len(eager) == 3 and first + second == pytest.approx(eager, abs=1e-6)
+    eager, resumed = eager_and_compiled_resumed(script, env, 4, 2, str(tmp_path / "ckpt"))
+    assert len(eager) == 3 and resumed == pytest.approx(eager, abs=1e-6)
