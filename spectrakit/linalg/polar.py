@@ -119,7 +119,8 @@ def _frobenius_iterate(x: torch.Tensor, coeffs, out_dtype: torch.dtype | None = 
     written into the output in its final layout and dtype by one copy; on the CPU batching gains nothing
     (``baddbmm`` loops over the matrices there anyway; measured within 1% in emulated bf16) and this loop
     issues exactly ``torch.optim.Muon``'s calls. Batched (other devices): one ``bmm``/``baddbmm`` per
-    product for the whole batch (one kernel launch per product). Both loops give the same bits."""
+    product for the whole batch (one kernel launch per product). Both loops give the same bits where the
+    library runs the same kernel for a batch and a single matrix; on the CPU both write a contiguous output."""
     out_dtype = x.dtype if out_dtype is None else out_dtype
     flat = x.reshape(-1, *x.shape[-2:])
     if per_matrix is None:
@@ -137,12 +138,15 @@ def _frobenius_iterate(x: torch.Tensor, coeffs, out_dtype: torch.dtype | None = 
         g = flat @ mT(flat)
         flat = torch.baddbmm(flat, torch.baddbmm(g, g, g, beta=b, alpha=c), flat, beta=a)
     out = flat.reshape(x.shape)
-    return (mT(out) if transposed else out).to(out_dtype)
+    out = mT(out) if transposed else out
+    if out.device.type == "cpu":  # written in its final layout, as the per-matrix loop (strided passes cost 2x)
+        return out.contiguous() if out.dtype == out_dtype else out.to(out_dtype, memory_format=torch.contiguous_format)
+    return out.to(out_dtype)
 
 
 def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_express",
           lower_bound: float | None = None, dtype: torch.dtype | None = None,
-          normalize: str = "spectral_bound") -> torch.Tensor:
+          normalize: str = "spectral_bound", batched: bool | None = None) -> torch.Tensor:
     """Polar factor ``msign(X) = U V^T`` of ``X = U S V^T`` (; Jiang, Semenov and Stich 2026 §5.1, Cesista 2025 §2).
 
     Computed by odd quintic iterations ``X <- a X + (b A + c A^2) X``, ``A = X X^T`` in the wide
@@ -177,15 +181,26 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
             loop ``A = X X^T; B = b A + c A A; X = a X + B X`` with no mixed precision. With
             ``schedule="muon", dtype=torch.bfloat16`` this reproduces Keller Jordan's published Muon
             Newton–Schulz exactly (bf16, 5 steps, tall inputs transposed).
+        batched: ``normalize="frobenius"`` only: one ``bmm``/``baddbmm`` per product for a batch of matrices
+            (True) or each matrix through all steps with ``torch.optim.Muon``'s own ``mm``/``addmm`` calls
+            (False); default: per matrix on the CPU, batched elsewhere. The per-matrix loop gives
+            ``torch.optim.Muon``'s bits; batched products are one kernel launch (or, on the CPU, one oneDNN
+            call of ~20 us fixed cost in bf16) per product instead of one per matrix, with the same arithmetic
+            per matrix where the library runs the same kernel for both (on an H100, and at the LLaMA shapes on
+            an Intel CPU with AMX; at some small shapes there the last bf16 place can differ).
 
     Raises:
-        TypeError: X not a floating tensor, dtype unsupported.
+        TypeError: X not a floating tensor, dtype unsupported, batched not a bool or None.
         ValueError: X with fewer than 2 dims or non-finite values, unknown schedule or normalize,
-            steps < 1, lower_bound outside (0, 1).
+            steps < 1, lower_bound outside (0, 1), ``batched`` without ``normalize="frobenius"``.
     """
     check_tensor(X, "X", min_ndim=2)
     check_choice(schedule, "schedule", set(SCHEDULES) | {"exact"})
     check_choice(normalize, "normalize", NORMALIZATIONS)
+    if batched is not None and not isinstance(batched, bool):
+        raise TypeError(f"batched must be True, False or None, got {batched!r}")
+    if batched is not None and normalize != "frobenius":
+        raise ValueError(f"batched applies to normalize='frobenius' only, got normalize={normalize!r}")
     if steps is not None:
         check_int(steps, "steps", low=1, high=100)
     if lower_bound is not None:
@@ -210,7 +225,7 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
     else:
         coeffs = SCHEDULES[schedule](steps, lower_bound)
     if normalize == "frobenius":
-        return _frobenius_iterate(x, coeffs, X.dtype, transposed)
+        return _frobenius_iterate(x, coeffs, X.dtype, transposed, None if batched is None else not batched)
     x1, a1, a1sq = normalized_start(x)
     out = polar_iterate(x1, coeffs, a_first=(a1, a1sq))
     return (mT(out) if transposed else out).to(X.dtype)

@@ -139,7 +139,7 @@ MIN_BATCH_NUMEL = 2**20
 # Parameters larger than the floor keep the largest-parameter rule, so large models keep their memory bound.
 MIN_BATCH_NUMEL_CUDA = 2**26
 CUDA_WIDE_BATCH_POSTS = frozenset({"none", "soft_clip", "soft_clip_fast", "soft_clip_ns", "orthogonalize",
-                                   "newton_schulz5", "newton_schulz5_spectral"})
+                                   "newton_schulz5", "newton_schulz5_batched", "newton_schulz5_spectral"})
 
 
 def min_batch_numel(device: torch.device, post: str = "none") -> int:
@@ -211,7 +211,8 @@ class Spectra(torch.optim.Optimizer):
             ``"lion"`` (see :mod:`spectrakit.optim.bases`).
         post: post-transform of the matrix directions, one of ``"soft_clip"`` (SPECTRA, default),
             ``"soft_clip_ns"`` (the paper's Newton-Schulz SSC), ``"soft_clip_exact"``, ``"hard_clip"``
-            (exact SVD), ``"hardcap"``, ``"orthogonalize"``, ``"newton_schulz5"`` (Muon), ``"global_clip"``
+            (exact SVD), ``"hardcap"``, ``"orthogonalize"``, ``"newton_schulz5"`` (Muon;
+            ``"newton_schulz5_batched"``: batched products on the CPU too), ``"global_clip"``
             (Frobenius), ``"spectral_lmo"``, ``"linf_fw"`` (regularised Frank–Wolfe steps, below),
             ``"none"`` (see :mod:`spectrakit.optim.transforms`).
         lr: learning rate >= 0, a number or a 0-d floating tensor (any ``torch.optim.lr_scheduler`` may

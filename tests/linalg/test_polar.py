@@ -174,6 +174,10 @@ def test_muon_frobenius_reproduces_published_loop_exactly(shape, in_dtype):
 def test_normalize_rejects_unknown():
     with pytest.raises(ValueError, match="normalize"):
         msign(torch.randn(4, 5), normalize="spectral")
+    with pytest.raises(TypeError, match="batched"):
+        msign(torch.randn(4, 5), normalize="frobenius", batched=1)
+    with pytest.raises(ValueError, match="batched applies to normalize='frobenius'"):
+        msign(torch.randn(4, 5), batched=True)
 
 
 @pytest.mark.parametrize("shape", [(40, 24), (24, 40), (2, 3, 40, 24), (3, 24, 24)])
@@ -191,9 +195,10 @@ def test_muon_frobenius_loops_agree_bit_for_bit(shape, dtype):
         x, transposed = to_wide(g.to(dtype))
         a = _frobenius_iterate(x, coeffs, torch.float32, transposed, per_matrix=True)
         b = _frobenius_iterate(x, coeffs, torch.float32, transposed, per_matrix=False)
-        assert a.shape == g.shape and a.dtype == torch.float32 and a.is_contiguous()
+        assert a.shape == g.shape and a.dtype == torch.float32 and a.is_contiguous() and b.is_contiguous()
         assert torch.equal(a, b)
         assert torch.equal(msign(g, schedule="muon", normalize="frobenius", dtype=dtype), a)
+        assert torch.equal(msign(g, schedule="muon", normalize="frobenius", dtype=dtype, batched=False), a)
     x = torch.randn(2, 6, 4, dtype=torch.float64, requires_grad=True)
     w = torch.randn(2, 6, 4, dtype=torch.float64)
     grads = [torch.autograd.grad((_frobenius_iterate(x.mT, coeffs, None, True, per_matrix=p) * w).sum(), x)[0]

@@ -74,3 +74,27 @@ def test_muon_and_dmuon_match_torch_bits_with_per_matrix_loop():
         for p, q in zip(ours.param_groups[0]["params"], ref.param_groups[0]["params"]):
             assert torch.equal(ours.state[p]["momentum_buffer"], ref.state[q]["momentum_buffer"])
             assert (p - q).abs().max() <= 2e-6 * q.abs().max()
+
+
+def test_batched_post_runs_one_product_per_stack_and_muons_arithmetic():
+    """``Muon(post="newton_schulz5_batched")`` (the speed option for CPUs with bf16 matrix units): one ``bmm``
+    and two ``baddbmm`` per Newton-Schulz step and same-shape stack, each on the whole stack in its wide
+    orientation, in bf16; the momentum stays torch.optim.Muon's bit for bit and the parameters within the
+    last bf16 place of the update (the batched kernel may round a product differently from the per-matrix
+    one at small shapes on some CPUs; where it does not, the bits are torch's)."""
+    stacks = Counter(s if s[0] <= s[1] else (s[1], s[0]) for s in SHAPES)
+    ours, opt = _one_logged_step(lambda ps: O.Muon(ps, lr=0.02, weight_decay=0.1, post="newton_schulz5_batched"))
+    assert Counter(name for name, _, _ in ours) == {"bmm": 5 * len(stacks), "baddbmm": 10 * len(stacks)}
+    wide = Counter()
+    for name, ops, _ in ours:
+        shape, _, dtype = ops[0]
+        assert dtype == torch.bfloat16
+        if name == "bmm":
+            assert shape[1] <= shape[2]
+            wide[(shape[1], shape[2])] += shape[0]
+    assert wide == Counter({k: 5 * v for k, v in stacks.items()})
+    _, ref = _one_logged_step(lambda ps: torch.optim.Muon(ps, lr=0.02, weight_decay=0.1))
+    for p, q in zip(opt.param_groups[0]["params"], ref.param_groups[0]["params"]):
+        assert torch.equal(opt.state[p]["momentum_buffer"], ref.state[q]["momentum_buffer"])
+        # one bf16 ulp of an update entry of size <= 1 times lr (0.02 max(1, m/n)^0.5 <= 0.04), per step
+        assert (p - q).abs().max() <= 2 * 0.04 * 2**-8
