@@ -141,20 +141,19 @@ def bench_width(d: int, reps: int, ns_steps: int, lr: float = 0.02, device: str 
     def med(xs):
         return sorted(xs)[len(xs) // 2]
 
-    ratios = [a / b for a, b in zip(times["spectrakit"], times["torch"])]
-    cpu_ratios = [a / b for a, b in zip(cpu["spectrakit"], cpu["torch"])]
-    unchecked_ratios = [a / b for a, b in zip(cpu["unchecked"], cpu["torch"])]
-
     def q1(xs):
         return sorted(xs)[len(xs) // 4]
 
-    # a host that takes the VM off its cores adds seconds to random rounds (seen as CPU time by the guest):
-    # the lower quartile and the minimum of each optimizer's steps are the rounds least hit
-    q1_ratio = q1(cpu["spectrakit"]) / q1(cpu["torch"])
-    min_ratio = min(cpu["spectrakit"]) / min(cpu["torch"])
-    unchecked_q1 = q1(cpu["unchecked"]) / q1(cpu["torch"])
-    batched_ratios = [a / b for a, b in zip(cpu["batched"], cpu["torch"])]
-    batched_q1 = q1(cpu["batched"]) / q1(cpu["torch"])
+    def per_round(k, clock=cpu):
+        return [a / b for a, b in zip(clock[k], clock["torch"])]
+
+    def vs_torch(k, stat):  # a host that takes the VM off its cores adds seconds to random rounds (seen as
+        return stat(cpu[k]) / stat(cpu["torch"])  # CPU time by the guest): q1 and min are the rounds least hit
+
+    ratios, cpu_ratios = per_round("spectrakit", times), per_round("spectrakit")
+    unchecked_ratios, batched_ratios = per_round("unchecked"), per_round("batched")
+    q1_ratio, min_ratio = vs_torch("spectrakit", q1), vs_torch("spectrakit", min)
+    unchecked_q1, batched_q1 = vs_torch("unchecked", q1), vs_torch("batched", q1)
     pr, po = ref.param_groups[0]["params"], ours.param_groups[0]["params"]
     same_m = all(torch.equal(ref.state[a]["momentum_buffer"], ours.state[b]["momentum_buffer"])
                  for a, b in zip(pr, po))

@@ -79,8 +79,8 @@ def test_muon_and_dmuon_match_torch_bits_with_per_matrix_loop():
 def test_batched_post_runs_one_product_per_stack_and_muons_arithmetic():
     """``Muon(post="newton_schulz5_batched")`` (the speed option for CPUs with bf16 matrix units): one ``bmm``
     and two ``baddbmm`` per Newton-Schulz step and same-shape stack, each on the whole stack in its wide
-    orientation, in bf16; the momentum stays torch.optim.Muon's bit for bit and the parameters within the
-    last bf16 place of the update (the batched kernel may round a product differently from the per-matrix
+    orientation, in bf16; the momentum stays torch.optim.Muon's bit for bit and the parameters within one bf16
+    place of an update entry times lr per step (the batched kernel may round a product differently from the per-matrix
     one at small shapes on some CPUs; where it does not, the bits are torch's)."""
     stacks = Counter(s if s[0] <= s[1] else (s[1], s[0]) for s in SHAPES)
     ours, opt = _one_logged_step(lambda ps: O.Muon(ps, lr=0.02, weight_decay=0.1, post="newton_schulz5_batched"))
