@@ -495,15 +495,19 @@ class AdEMAMix:
         return alpha_t, b3_t
 
     def direction_(self, w, states, group, ok, scale=None):
-        b1, b2, _ = group["betas"]
+        b1, b2, b3 = group["betas"]
         u, mul_ = w.u, w.mul_
         t = advance_steps(states, ok)
-        alpha_t, b3_t = self.schedules(t, group)
         m1 = [s["exp_avg"] for s in states]
         m2 = [s["exp_avg_slow"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
         foreach_lerp_(m1, u, (1 - b1) * ok, 1 - b1)
-        foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)))
+        if group["alpha_warmup"] or group["beta3_warmup"]:
+            alpha_t, b3_t = self.schedules(t, group)
+            foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)))
+        else:  # constant alpha and b3: one shared weight, a number (the schedules' values, the same roundings)
+            alpha_t = float(group["alpha"])  # (multiplied in the work dtype: the value full_like rounds to)
+            foreach_lerp_(m2, u, (1 - torch.full((), b3, dtype=t.dtype, device=t.device)) * ok)
         torch._foreach_mul_(u, u)
         foreach_lerp_(v, u, (1 - b2) * ok, 1 - b2)
         torch._foreach_copy_(u, v)  # u <- 1 / (sqrt(v_hat) + eps)
@@ -514,7 +518,10 @@ class AdEMAMix:
         torch._foreach_reciprocal_(u)
         fast = torch._foreach_mul(u, m1)
         torch._foreach_mul_(u, m2)
-        mul_(alpha_t)
+        if isinstance(alpha_t, float):
+            w.unary_("mul_", alpha_t)
+        else:
+            mul_(alpha_t)
         torch._foreach_mul_(fast, list(c.unbind(0)))
         torch._foreach_add_(u, fast)
         w.scale_(scale)

@@ -219,10 +219,57 @@ def test_traced_checks_are_single_reductions_and_each_batch_has_its_flag(name):
     assert _flag_copies(graph) >= 3
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_traced_flat_batches_hold_at_most_three_parameters(path):
+    """Lion over 7 parameters (one flat batch eagerly): traced on the CPU's path, batches of at most
+    ``TRACED_FLAT_BATCH`` = 3 parameters, each reading its own stored copy of the skip flag (3 copies), the
+    eager numbers bit for bit; the multi-tensor path keeps one batch and no copy."""
+    from spectrakit.optim.spectra import TRACED_FLAT_BATCH
+
+    assert TRACED_FLAT_BATCH == 3
+    shapes = [(6, 4), (4, 6), (5,), (3, 3, 2), (7,), (6, 4), (2,)]
+    with _on(path):
+        pairs, grads = _make("Lion", shapes=shapes)
+        (ps, opt), (qs, ref) = pairs
+        graphs = []
+        step = _aot_step(opt, graphs)
+        for gs in grads:
+            _step_both(step, ref, ps, qs, gs)
+    dynamo.reset()
+    assert _flag_copies(graphs[0]) == (3 if path == "per_tensor" else 0)
+    assert len(graphs) == 1
+    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
+    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 2
+
+
 @pytest.mark.parametrize("path", SOAK_PER_TENSOR)
 @pytest.mark.parametrize("name", ["AdEMAMix", "MARS"])
 def test_traced_step_equals_eager_bitwise(name, path):
     _assert_equals_eager(_traced(name, path, FEWER))
+
+
+@pytest.mark.parametrize("options", [dict(alpha=0.3, betas=(0.9, 0.999, 0.99993)),
+                                     dict(alpha=0.3, alpha_warmup=3, beta3_warmup=4)], ids=["constant", "warm-up"])
+def test_traced_ademamix_schedules_equal_eager_bitwise(options):
+    """AdEMAMix's two forms of ``alpha_t`` and ``b3_t`` (numbers without a warm-up, per-parameter tensors with one;
+    an ``alpha`` and ``b3`` that fp32 rounds) traced on the multi-tensor path: the eager numbers bit for bit."""
+    gen = torch.Generator().manual_seed(2)
+    init = [torch.randn(s, generator=gen) for s in FEWER]
+    ps, qs = ([torch.nn.Parameter(x.clone()) for x in init] for _ in range(2))
+    with _on("multi_tensor"):
+        opt, ref = O.AdEMAMix(ps, lr=1e-2, **options), O.AdEMAMix(qs, lr=1e-2, **options)
+        dynamo.reset()
+        step = torch.compile(opt.step, backend="aot_eager")
+        for i in range(4):
+            gs = [torch.randn(s, generator=gen) for s in FEWER]
+            if i == 1:
+                gs[0][0, 0] = float("nan")
+            _step_both(step, ref, ps, qs, gs)
+    dynamo.reset()
+    for p, q in zip(ps, qs):
+        assert torch.equal(p, q)
+        assert all(torch.equal(opt.state[p][k], ref.state[q][k]) for k in ("exp_avg", "exp_avg_slow", "exp_avg_sq"))
+    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 1
 
 
 @pytest.mark.parametrize("path", SOAK_PER_TENSOR, indirect=True)
