@@ -138,8 +138,6 @@ MIN_BATCH_NUMEL = 2**20
 # oracles, hard clips) allocate several full-size temporaries per batch and keep the 2^20 floor.
 # Parameters larger than the floor keep the largest-parameter rule, so large models keep their memory bound.
 MIN_BATCH_NUMEL_CUDA = 2**26
-# Most parameters in one flat batch of a traced step on the CPU's path (Spectra._traced_plan)
-TRACED_FLAT_BATCH = 3
 CUDA_WIDE_BATCH_POSTS = frozenset({"none", "soft_clip", "soft_clip_fast", "soft_clip_ns", "orthogonalize",
                                    "newton_schulz5", "newton_schulz5_batched", "newton_schulz5_spectral"})
 
@@ -655,7 +653,7 @@ class Spectra(torch.optim.Optimizer):
         else None. While ``torch.compile`` traces the step: the plan computed afresh (constants of the graph)
         and no kept tensor."""
         if torch.compiler.is_compiling():
-            return self._traced_plan(group), None
+            return self._plan(group), None
         key = (group["post"], group["scale"], group["vector_clip"], group["pre_c"], group["max_batch_numel"],
                tuple((id(p), p.shape, p.dtype, p.device, p.grad is None) for p in group["params"]))
         slot = ("plan", id(group))
@@ -669,22 +667,6 @@ class Spectra(torch.optim.Optimizer):
             small = sum(p.numel() for batch in plan for p in batch[2]) <= MIN_BATCH_NUMEL
             hit = self._scratch_bufs[slot] = (key, plan, {} if small else None)
         return hit[1], hit[2]
-
-    def _traced_plan(self, group: dict) -> list[tuple]:
-        """:meth:`_plan` for a step that ``torch.compile`` traces: on the CPU's path each flat batch is cut into
-        batches of at most :data:`TRACED_FLAT_BATCH` parameters, each with its own copy of the skip flag
-        (:func:`~spectrakit.optim.bases.stored`). A traced batch is a list of per-parameter tensors anyway (no
-        joint work tensor), so the cut changes no arithmetic; but inductor's fusion search tries up to 64 pairs
-        of every node that reads a buffer, and every element-wise node of a batch reads its flag (AdEMAMix,
-        21 parameters of width 16: 148 readers of one flag, 14366 fusion checks, against 3075 cut into batches
-        of 3)."""
-        out, k = [], TRACED_FLAT_BATCH
-        for kind, shape, ps, alpha in self._plan(group):
-            if kind == "flat" and self._flag_copies(ps[0].device):
-                out.extend((kind, shape, ps[i:i + k], alpha) for i in range(0, len(ps), k))
-            else:
-                out.append((kind, shape, ps, alpha))
-        return out
 
     def _plan(self, group: dict) -> list[tuple]:
         """The batches of one step: ``(kind, shape, params, alpha)`` for each batch of :meth:`_batches`,

@@ -219,29 +219,6 @@ def test_traced_checks_are_single_reductions_and_each_batch_has_its_flag(name):
     assert _flag_copies(graph) >= 3
 
 
-@pytest.mark.parametrize("path", PATHS)
-def test_traced_flat_batches_hold_at_most_three_parameters(path):
-    """Lion over 7 parameters (one flat batch eagerly): traced on the CPU's path, batches of at most
-    ``TRACED_FLAT_BATCH`` = 3 parameters, each reading its own stored copy of the skip flag (3 copies), the
-    eager numbers bit for bit; the multi-tensor path keeps one batch and no copy."""
-    from spectrakit.optim.spectra import TRACED_FLAT_BATCH
-
-    assert TRACED_FLAT_BATCH == 3
-    shapes = [(6, 4), (4, 6), (5,), (3, 3, 2), (7,), (6, 4), (2,)]
-    with _on(path):
-        pairs, grads = _make("Lion", shapes=shapes)
-        (ps, opt), (qs, ref) = pairs
-        graphs = []
-        step = _aot_step(opt, graphs)
-        for gs in grads:
-            _step_both(step, ref, ps, qs, gs)
-    dynamo.reset()
-    assert _flag_copies(graphs[0]) == (3 if path == "per_tensor" else 0)
-    assert len(graphs) == 1
-    assert all(torch.equal(p, q) for p, q in zip(ps, qs))
-    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 2
-
-
 @pytest.mark.parametrize("path", SOAK_PER_TENSOR)
 @pytest.mark.parametrize("name", ["AdEMAMix", "MARS"])
 def test_traced_step_equals_eager_bitwise(name, path):
