@@ -149,9 +149,12 @@ class Work:
         else:
             getattr(self.buf, op)(*args)
 
-    def mul_(self, f: torch.Tensor) -> None:
-        """``u[i] <- u[i] * f[i]`` for a ``(B,)`` tensor ``f`` (a 0-d ``f`` multiplies every ``u[i]``)."""
-        self._apply(f, "mul_")
+    def mul_(self, f: torch.Tensor | float) -> None:
+        """``u[i] <- u[i] * f[i]`` for a ``(B,)`` tensor ``f`` (a 0-d ``f`` or a number multiplies every ``u[i]``)."""
+        if isinstance(f, torch.Tensor):
+            self._apply(f, "mul_")
+        else:
+            self.unary_("mul_", f)
 
     def add_(self, f: torch.Tensor) -> None:
         """``u[i] <- u[i] + f[i]`` for a ``(B,)`` tensor ``f`` (a 0-d ``f`` is added to every ``u[i]``)."""
@@ -518,10 +521,7 @@ class AdEMAMix:
         torch._foreach_reciprocal_(u)
         fast = torch._foreach_mul(u, m1)
         torch._foreach_mul_(u, m2)
-        if isinstance(alpha_t, float):
-            w.unary_("mul_", alpha_t)
-        else:
-            mul_(alpha_t)
+        mul_(alpha_t)
         torch._foreach_mul_(fast, list(c.unbind(0)))
         torch._foreach_add_(u, fast)
         w.scale_(scale)
