@@ -8,8 +8,8 @@
 # Part 1: `pytest -m gpu tests/` (the compiled fused CUDA step with its float32 lr, the sync checks), then
 # study_compile_equal.py with --trace-post, with and without cuBLAS's reduced-precision bf16 reductions (is Muon's
 # compiled-vs-eager difference on CUDA in the Newton-Schulz inputs or in its products?).
-# Part 2: bench_compile.py (cold first compile of torch AdamW and the presets, fresh process each) and
-# bench_optim.py --parity-widths (AdamW/SGD against torch's foreach and fused, Lion/Signum against torch AdamW).
+# Part 2: bench_optim.py --parity-widths (AdamW/SGD against torch's foreach and fused, Lion/Signum against torch AdamW)
+# first, on an idle host, then bench_compile.py (cold first compile of torch AdamW and the presets, fresh process each).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_compile_checks}"
@@ -32,10 +32,10 @@ case "$part" in
         --trace-post --exact-bf16-reductions
     ;;
 2)
-    run compile_times timeout 330 python benchmarks/bench_compile.py --device cuda --width 256 --budget 300 \
-        --names "torch AdamW,AdamW,SGD,SpectraAdamW,Lion"
     run parity timeout 120 python benchmarks/bench_optim.py --device cuda --parity-widths 256,1024 --reps 25 \
         --no-write
+    run compile_times timeout 330 python benchmarks/bench_compile.py --device cuda --width 256 --budget 300 \
+        --names "torch AdamW,AdamW,SGD,SpectraAdamW,Lion"
     ;;
 *)
     echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2" >&2
