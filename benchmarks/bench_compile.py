@@ -1,7 +1,7 @@
 """First ``torch.compile`` (inductor) of ``opt.step``: compile time, recompiles, compiled and eager step.
 
 Usage: ``python benchmarks/bench_compile.py [--device cuda] [--width 256] [--budget 300] [--names A,B]
-[--rounds N] [--multi-tensor]``
+[--rounds N] [--multi-tensor] [--inductor-config KEY=VALUE ...]``
 
 Each optimizer (torch AdamW foreach, SpectraAdamW, SpectraSignum, Muon, torch.optim.Muon) runs in a fresh
 process with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder), on the 2-layer LLaMA
@@ -17,8 +17,10 @@ Frank-Wolfe, ``linf_fw`` and hard-clip posts as ``"SpectraSignum nuclear"`` etc.
 form, on any device);
 ``--rounds N`` runs that list N times (name torch AdamW between the others to alternate) and ends with each
 optimizer's median CPU seconds and its ratio to torch AdamW's; ``--multi-tensor`` makes the spectrakit
-optimizers take the multi-tensor code path (CUDA's) on the CPU as well, to study it there. Optimizers not
-started within ``--budget`` seconds are skipped. Results:
+optimizers take the multi-tensor code path (CUDA's) on the CPU as well, to study it there;
+``--inductor-config loop_ordering_after_fusion=False`` sets that ``torch._inductor.config`` entry in every
+optimizer's process (a Python literal; repeat the option for more). Optimizers not started within ``--budget``
+seconds are skipped. Results:
 docs/BENCHMARKS.md ("Compile-first", "H100 results").
 """
 import argparse
@@ -62,8 +64,24 @@ def make(name, ps):
     return getattr(O, name)(ps, lr=1e-3)
 
 
-def one(name, device, width, multi_tensor=False):
+def inductor_setting(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` -> (key, value) for ``torch._inductor.config``; ``ValueError`` naming what is wrong."""
+    import ast
+
+    import torch._inductor.config as config
+
+    key, sep, value = text.partition("=")
+    if not sep or not hasattr(config, key.strip()):
+        raise ValueError(f"--inductor-config expects KEY=VALUE with KEY a torch._inductor.config entry, got {text!r}")
+    try:
+        return key.strip(), ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+        raise ValueError(f"--inductor-config {text!r}: the value must be a Python literal (True, 64, 'x')") from None
+
+
+def one(name, device, width, multi_tensor=False, settings=()):
     import torch
+    import torch._inductor.config as config
     import torch._inductor.metrics as metrics
     from torch._dynamo.utils import counters
     from torch._inductor.compile_fx import compile_fx
@@ -76,6 +94,8 @@ def one(name, device, width, multi_tensor=False):
         if name in FLAG_COPIES:  # every batch reads its own copy of the skip flag, on any device
             Spectra._flag_copies = staticmethod(lambda device: True)
 
+    for text in settings:
+        setattr(config, *inductor_setting(text))
     sys.path.insert(0, ROOT)
     from benchmarks.bench_optim import width_shapes
 
@@ -153,8 +173,16 @@ def main():
                     help="run the --names list this many times (list torch AdamW between the others to alternate)")
     ap.add_argument("--multi-tensor", action="store_true",
                     help="spectrakit optimizers take the multi-tensor (CUDA) code path on the CPU too")
+    ap.add_argument("--inductor-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="set torch._inductor.config.KEY = VALUE (a Python literal) in each optimizer's process, e.g. "
+                         "loop_ordering_after_fusion=False; repeatable")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    for text in a.inductor_config:
+        try:
+            inductor_setting(text)
+        except ValueError as e:
+            ap.error(str(e))
     names = [n.strip() for n in a.names.split(",") if n.strip()]
     unknown = [n for n in names if n not in ALL]
     if unknown or not names:
@@ -162,7 +190,7 @@ def main():
     if a.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {a.rounds}")
     if a.one:
-        one(a.one, a.device, a.width, a.multi_tensor)
+        one(a.one, a.device, a.width, a.multi_tensor, a.inductor_config)
         return
     import torch
 
@@ -173,7 +201,8 @@ def main():
     where = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"torch {torch.__version__}, {where}, threads {torch.get_num_threads()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load average {load}", flush=True)
+          f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, load average {load}"
+          + "".join(f", inductor {text}" for text in a.inductor_config), flush=True)
     start = time.time()
     cpu = {}
     for name in names * a.rounds:
@@ -186,8 +215,9 @@ def main():
         try:
             left = max(10.0, a.budget + 50 - (time.time() - start))
             cmd = [sys.executable, __file__, "--one", name, "--device", a.device, "--width", str(a.width)]
-            r = subprocess.run(cmd + (["--multi-tensor"] if a.multi_tensor else []),
-                               env=env, capture_output=True, text=True, timeout=left)
+            cmd += ["--multi-tensor"] if a.multi_tensor else []
+            cmd += [f"--inductor-config={text}" for text in a.inductor_config]
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=left)
             lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
             print(lines[-1] if r.returncode == 0 and lines else f"{name}: failed rc={r.returncode}: {r.stderr[-600:]}",
                   flush=True)

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# The GPU checks of the compile-first work, for a lent GPU with little time: two parts, each under ~8 minutes on
+# The GPU checks of the compile-first work, for a lent GPU with little time: three parts, each under ~8 minutes on
 # one H100, so that each fits one 10-minute command. Outputs go to $OUT (default gpu_compile_checks/).
 #
 #   bash benchmarks/gpu_compile_checks.sh 1   # GPU tests; compiled-vs-eager equality with the Newton-Schulz traced
 #   bash benchmarks/gpu_compile_checks.sh 2   # first-compile times; eager step against torch's foreach/fused
+#   bash benchmarks/gpu_compile_checks.sh 3   # the open items of the 2026-11-27 run (below)
 #
 # Part 1: `pytest -m gpu tests/` (the compiled fused CUDA step with its float32 lr, the sync checks), then
 # study_compile_equal.py with --trace-post, with and without cuBLAS's reduced-precision bf16 reductions (is Muon's
 # compiled-vs-eager difference on CUDA in the Newton-Schulz inputs or in its products?).
 # Part 2: bench_optim.py --parity-widths (AdamW/SGD against torch's foreach and fused, Lion/Signum against torch AdamW)
 # first, on an idle host, then bench_compile.py (cold first compile of torch AdamW and the presets, fresh process each).
+# Part 3: do the Frank-Wolfe posts compile on CUDA with inductor's loop reordering off (torch 2.11 asserts in it)?
+# Is torch.optim.Muon's compiled CUDA step bit-identical to its eager one (ours differs by 5e-5 through the traced
+# Nesterov lerp)? SpectraAdEMAMix's and SpectraMARS's first compile between two torch AdamW ones, on an idle host.
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_compile_checks}"
@@ -37,8 +41,16 @@ case "$part" in
     run compile_times timeout 330 python benchmarks/bench_compile.py --device cuda --width 256 --budget 300 \
         --names "torch AdamW,AdamW,SGD,SpectraAdamW,Lion"
     ;;
+3)
+    run fw_no_loop_ordering timeout 200 python benchmarks/bench_compile.py --device cuda --width 256 --budget 150 \
+        --names "SpectraSignum nuclear,SpectraSignum linf_fw" --inductor-config loop_ordering_after_fusion=False
+    run compile_equal_muon timeout 150 python benchmarks/study_compile_equal.py --device cuda \
+        --names "torch Muon,Muon" --backends aot_eager,inductor
+    run compile_times_3 timeout 200 python benchmarks/bench_compile.py --device cuda --width 256 --budget 150 \
+        --names "torch AdamW,SpectraAdEMAMix,SpectraMARS,torch AdamW"
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2" >&2
+    echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2|3" >&2
     exit 2
     ;;
 esac

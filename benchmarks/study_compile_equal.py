@@ -1,7 +1,8 @@
 """Study: does the compiled step (``torch.compile(opt.step, backend=...)``) equal the eager step bit for bit?
 
 Five parameters ((64, 32) twice, (32, 64), (48, 48), (32,)), four steps with fresh gradients, one of them with a
-NaN (a skipped step); prints, per optimizer and backend, whether the parameters are bit-identical and the
+NaN (a skipped step); ``"torch Muon"`` (``torch.optim.Muon``, the reference a compiled Muon is held to) takes the
+four matrices and no NaN (it has no skipped step). Prints, per optimizer and backend, whether the parameters are bit-identical and the
 largest difference relative to the largest entry.
 
 Usage: ``python benchmarks/study_compile_equal.py [--device cuda] [--names SpectraAdamW,Muon]
@@ -62,16 +63,21 @@ SHAPES = [(64, 32), (64, 32), (32, 64), (48, 48), (32,)]
 
 def compare(name: str, backend: str, dev: str, post_dtype: str | None = None) -> str:
     torch._dynamo.reset()
+    shapes = [s for s in SHAPES if len(s) == 2] if name == "torch Muon" else SHAPES
     gen = torch.Generator(device=dev).manual_seed(0)
-    init = [torch.randn(s, device=dev, generator=gen) for s in SHAPES]
-    grads = [[torch.randn(s, device=dev, generator=gen) for s in SHAPES] for _ in range(4)]
-    grads[2][0][0, 0] = float("nan")
+    init = [torch.randn(s, device=dev, generator=gen) for s in shapes]
+    grads = [[torch.randn(s, device=dev, generator=gen) for s in shapes] for _ in range(4)]
+    if name != "torch Muon":
+        grads[2][0][0, 0] = float("nan")
     eager_ps = [torch.nn.Parameter(t.clone()) for t in init]
     traced_ps = [torch.nn.Parameter(t.clone()) for t in init]
     kw = dict(lr=0.02) if "Muon" in name else dict(lr=1e-2)
     if post_dtype is not None and "Muon" in name:
         kw["post_dtype"] = post_dtype
-    eager, traced = getattr(O, name)(eager_ps, **kw), getattr(O, name)(traced_ps, **kw)
+    make = torch.optim.Muon if name == "torch Muon" else getattr(O, name)
+    if name == "torch Muon":
+        kw.pop("post_dtype", None)
+    eager, traced = make(eager_ps, **kw), make(traced_ps, **kw)
     step = torch.compile(traced.step, backend=backend)
     for gs in grads:
         for pa, pb, g in zip(eager_ps, traced_ps, gs):
@@ -88,7 +94,8 @@ def compare(name: str, backend: str, dev: str, post_dtype: str | None = None) ->
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--names", default="SpectraAdamW,SpectraSignum,Muon,Lion,AdamW")
+    ap.add_argument("--names", default="SpectraAdamW,SpectraSignum,Muon,Lion,AdamW",
+                    help="comma-separated spectrakit presets, and 'torch Muon' (torch.optim.Muon)")
     ap.add_argument("--backends", default="aot_eager")
     ap.add_argument("--post-dtype", default=None,
                     help="the Muons' Newton-Schulz dtype (post_dtype), e.g. float32; default: the optimizer's")
