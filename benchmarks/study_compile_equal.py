@@ -2,8 +2,8 @@
 
 Five parameters ((64, 32) twice, (32, 64), (48, 48), (32,)), four steps with fresh gradients, one of them with a
 NaN (a skipped step); ``"torch Muon"`` (``torch.optim.Muon``, the reference a compiled Muon is held to) takes the
-four matrices and no NaN (it has no skipped step). Prints, per optimizer and backend, whether the parameters are bit-identical and the
-largest difference relative to the largest entry.
+four matrices and no NaN (it has no skipped step). Prints, per optimizer and backend, whether the parameters are
+bit-identical and the largest difference relative to the largest entry.
 
 Usage: ``python benchmarks/study_compile_equal.py [--device cuda] [--names SpectraAdamW,Muon]
 [--backends aot_eager] [--post-dtype float32] [--trace-post] [--exact-bf16-reductions]``.

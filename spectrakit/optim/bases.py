@@ -74,12 +74,26 @@ class Work:
     its ~13 passes instead of streaming the whole batch through memory once per pass. The operations and
     their order per element are unchanged (bit-identical results)."""
 
-    __slots__ = ("u", "buf", "stacked", "per_tensor", "_load", "_store", "_scratch")
+    __slots__ = ("u", "buf", "stacked", "per_tensor", "_load", "_store", "_scratch", "_shared")
 
     def __init__(self, u: list[torch.Tensor], buf: torch.Tensor, stacked: bool, per_tensor: bool,
-                 load=None, store=None, scratch=None):
+                 load=None, store=None, scratch=None, shared: list | None = None):
         self.u, self.buf, self.stacked, self.per_tensor = u, buf, stacked, per_tensor
-        self._load, self._store, self._scratch = load, store, scratch
+        self._load, self._store, self._scratch, self._shared = load, store, scratch, shared
+
+    def shared(self, key, ok: torch.Tensor, make):
+        """``make()``, a scalar that depends only on ``key`` (numbers, dtypes) and the flag ``ok``: made once for
+        every batch of the group's step that passes the same ``key`` and the same ``ok`` object (the optimizer's
+        list ``shared``; without it, every call makes it). A traced step would otherwise repeat the same nodes
+        once per batch."""
+        if self._shared is None:
+            return make()
+        for k, o, value in self._shared:
+            if o is ok and k == key:
+                return value
+        value = make()
+        self._shared.append((key, ok, value))
+        return value
 
     def scratch(self, like: torch.Tensor) -> torch.Tensor:
         """A temporary shaped like ``like`` (a per-tensor body's third operand), valid until the next call:
@@ -253,7 +267,7 @@ def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
     ``scale`` last), so the result does not depend on the code path (CPU per-tensor or multi-tensor) or
     the batching."""
     u, buf = w.u, w.buf
-    w1, w2 = (1 - b1) * ok, (1 - b2) * ok
+    w1, w2 = w.shared(("w", 1 - b1), ok, lambda: (1 - b1) * ok), w.shared(("w", 1 - b2), ok, lambda: (1 - b2) * ok)
     r, c = bias_corrections(t, b1, b2)
     if w.per_tensor:  # tensor by tensor, cache-resident (see Work)
 
@@ -307,7 +321,7 @@ class Signum:
         b, u = group["momentum"], w.u
         advance_steps(states, ok, stacked=False)
         m = [s["momentum_buffer"] for s in states]
-        wt = (1 - b) * ok
+        wt = w.shared(("w", 1 - b), ok, lambda: (1 - b) * ok)
         if w.per_tensor:  # tensor by tensor (see Work)
             # a sign times the scale is exact: the update adds it in one pass (addcmul) where it is handed over
             fused = self.sign and scale is not None and w.stores
@@ -380,7 +394,9 @@ class SGD:
         b, d, u = group["momentum"], group["dampening"], w.u
         advance_steps(states, ok, stacked=False)
         m = [s["momentum_buffer"] for s in states]
-        fg, fm = (1 - d) * ok, 1 - (1 - b) * ok  # (1-d) g, zero on a skipped step; b m, unchanged then
+        # (1-d) g, zero on a skipped step; b m, unchanged then
+        fg = w.shared(("w", 1 - d), ok, lambda: (1 - d) * ok)
+        fm = w.shared(("1-w", 1 - b), ok, lambda: 1 - (1 - b) * ok)
         if w.per_tensor:  # tensor by tensor (see Work)
 
             def body(ui, mi):
@@ -428,7 +444,7 @@ class Lion:
         u = w.u
         advance_steps(states, ok, stacked=False)
         m = [s["exp_avg"] for s in states]
-        wt = (1 - b2) * ok
+        wt = w.shared(("w", 1 - b2), ok, lambda: (1 - b2) * ok)
         if w.per_tensor:  # tensor by tensor (see Work)
             # the interpolation goes to the optimizer's scratch buffer (kept across steps): a fresh tensor per
             # parameter and step costs its page faults (Lion's CPU step was 1.6-2.3x Signum's at d = 1024)
@@ -504,15 +520,16 @@ class AdEMAMix:
         m1 = [s["exp_avg"] for s in states]
         m2 = [s["exp_avg_slow"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
-        foreach_lerp_(m1, u, (1 - b1) * ok, 1 - b1)
+        foreach_lerp_(m1, u, w.shared(("w", 1 - b1), ok, lambda: (1 - b1) * ok), 1 - b1)
         if group["alpha_warmup"] or group["beta3_warmup"]:
             alpha_t, b3_t = self.schedules(t, group)
             foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)))
         else:  # constant alpha and b3: one shared weight, a number (the schedules' values, the same roundings)
             alpha_t = float(group["alpha"])  # (multiplied in the work dtype: the value full_like rounds to)
-            foreach_lerp_(m2, u, (1 - torch.full((), b3, dtype=t.dtype, device=t.device)) * ok)
+            foreach_lerp_(m2, u, w.shared(("1-full", b3, t.dtype), ok,
+                                          lambda: (1 - torch.full((), b3, dtype=t.dtype, device=t.device)) * ok))
         torch._foreach_mul_(u, u)
-        foreach_lerp_(v, u, (1 - b2) * ok, 1 - b2)
+        foreach_lerp_(v, u, w.shared(("w", 1 - b2), ok, lambda: (1 - b2) * ok), 1 - b2)
         torch._foreach_copy_(u, v)  # u <- 1 / (sqrt(v_hat) + eps)
         torch._foreach_sqrt_(u)
         r, c = bias_corrections(t, b1, b2)

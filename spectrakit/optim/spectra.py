@@ -952,6 +952,11 @@ class Spectra(torch.optim.Optimizer):
         # compile; eagerly, batch by batch (one work tensor alive at a time)
         pending: list | None = [] if torch.compiler.is_compiling() else None
         plan, works = self._cached_plan(group)
+        # the flag on each (device, dtype), and its boolean form with a zero where a path masks with them: made
+        # once per group, not per batch (a traced step would otherwise carry the same nodes once per batch)
+        flags: dict = {}
+        masks: dict = {}
+        shared: list = []  # the bases' scalars of this step (Work.shared)
         for index, (kind, shape, params, alpha) in enumerate(plan):
             # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
             buf = views = w = load = store = pre = res = upd = U = batch = None
@@ -960,12 +965,28 @@ class Spectra(torch.optim.Optimizer):
             pdt = self._compute_dtype(group, dev, shape if kind == "matrix" else None)
             traced = _traced_foreach(pre_c_k)
             per_tensor = self._per_tensor(dev) and not traced
-            ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
-                    else ok.to(device=dev, dtype=wdt, non_blocking=True))
             # traced: a copy of the flag per batch (bases.stored) where _flag_copies says so, since inductor's
             # fusion search pairs the nodes that read one buffer and every element-wise node reads the flag
-            if traced and ok is not None and self._flag_copies(dev):
-                ok_d = stored(ok_d)
+            copies = traced and ok is not None and self._flag_copies(dev)
+            key = None if copies else (dev, wdt)
+            ok_d = flags.get(key)
+            if ok_d is None:
+                ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
+                        else ok.to(device=dev, dtype=wdt, non_blocking=True))
+                if copies:
+                    ok_d = stored(ok_d)
+                else:
+                    flags[key] = ok_d
+
+            def mask(ok_d=ok_d, key=key, wdt=wdt, dev=dev):
+                """``(ok_d > 0, 0)``: the work copy's ``where`` operands, once per flag."""
+                pair = masks.get(key) if key is not None else None
+                if pair is None:
+                    pair = (ok_d > 0, torch.zeros((), dtype=wdt, device=dev))
+                    if key is not None:
+                        masks[key] = pair
+                return pair
+
             grads = [p.grad for p in params]
             if traced:
                 buf, views = None, None  # one work tensor per parameter, made below
@@ -996,10 +1017,10 @@ class Spectra(torch.optim.Optimizer):
             same = all(g.dtype == wdt for g in grads)
             sanitize = pre_c_k is None and not getattr(base, "squares", True)
             if traced:  # the eager multi-tensor form's copy and masked_fill, one node per parameter
-                ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
+                ok_b, zero = mask()
                 views = [torch.where(ok_b, g.to(wdt), zero) for g in grads]
             elif chain and same and not sanitize:
-                ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
+                ok_b, zero = mask()
 
                 def load(i, views=views, grads=grads, ok_b=ok_b, zero=zero):
                     torch.where(ok_b, grads[i], zero, out=views[i])
@@ -1010,7 +1031,7 @@ class Spectra(torch.optim.Optimizer):
                     torch.nan_to_num(grads[i], nan=0.0, posinf=0.0, neginf=0.0, out=views[i])
 
             elif per_tensor and same:  # finite work copy: one fused pass
-                ok_b, zero = ok_d > 0, torch.zeros((), dtype=wdt, device=dev)
+                ok_b, zero = mask()
                 for v, g in zip(views, grads):
                     torch.where(ok_b, g, zero, out=v)
             else:  # multi-tensor: one copy, then one pass over the joint work tensor
@@ -1032,7 +1053,7 @@ class Spectra(torch.optim.Optimizer):
 
             # (a traced step allocates its temporaries: no buffer kept on the optimizer inside a graph)
             scratch = None if torch.compiler.is_compiling() else self._scratch
-            w = Work(views, buf, kind == "matrix", per_tensor, load, store, scratch)
+            w = Work(views, buf, kind == "matrix", per_tensor, load, store, scratch, shared)
 
             # (1) pre-transform of the raw gradient
             if pre_c_k is not None:
