@@ -95,6 +95,10 @@ class Work:
         self._shared.append((key, ok, value))
         return value
 
+    def weight(self, c: float, ok: torch.Tensor) -> torch.Tensor:
+        """``c * ok`` (a moment's weight, 0 on a skipped step), once per group and step (:meth:`shared`)."""
+        return self.shared(("c * ok", c), ok, lambda: c * ok)
+
     def scratch(self, like: torch.Tensor) -> torch.Tensor:
         """A temporary shaped like ``like`` (a per-tensor body's third operand), valid until the next call:
         from the optimizer's ``scratch(numel, dtype, device)`` (one buffer kept across steps) when given,
@@ -267,7 +271,7 @@ def adam_direction_(w, m, v, t, b1, b2, eps, ok, scale=None):
     ``scale`` last), so the result does not depend on the code path (CPU per-tensor or multi-tensor) or
     the batching."""
     u, buf = w.u, w.buf
-    w1, w2 = w.shared(("w", 1 - b1), ok, lambda: (1 - b1) * ok), w.shared(("w", 1 - b2), ok, lambda: (1 - b2) * ok)
+    w1, w2 = w.weight(1 - b1, ok), w.weight(1 - b2, ok)
     r, c = bias_corrections(t, b1, b2)
     if w.per_tensor:  # tensor by tensor, cache-resident (see Work)
 
@@ -321,7 +325,7 @@ class Signum:
         b, u = group["momentum"], w.u
         advance_steps(states, ok, stacked=False)
         m = [s["momentum_buffer"] for s in states]
-        wt = w.shared(("w", 1 - b), ok, lambda: (1 - b) * ok)
+        wt = w.weight(1 - b, ok)
         if w.per_tensor:  # tensor by tensor (see Work)
             # a sign times the scale is exact: the update adds it in one pass (addcmul) where it is handed over
             fused = self.sign and scale is not None and w.stores
@@ -395,7 +399,7 @@ class SGD:
         advance_steps(states, ok, stacked=False)
         m = [s["momentum_buffer"] for s in states]
         # (1-d) g, zero on a skipped step; b m, unchanged then
-        fg = w.shared(("w", 1 - d), ok, lambda: (1 - d) * ok)
+        fg = w.weight(1 - d, ok)
         fm = w.shared(("1-w", 1 - b), ok, lambda: 1 - (1 - b) * ok)
         if w.per_tensor:  # tensor by tensor (see Work)
 
@@ -444,7 +448,7 @@ class Lion:
         u = w.u
         advance_steps(states, ok, stacked=False)
         m = [s["exp_avg"] for s in states]
-        wt = w.shared(("w", 1 - b2), ok, lambda: (1 - b2) * ok)
+        wt = w.weight(1 - b2, ok)
         if w.per_tensor:  # tensor by tensor (see Work)
             # the interpolation goes to the optimizer's scratch buffer (kept across steps): a fresh tensor per
             # parameter and step costs its page faults (Lion's CPU step was 1.6-2.3x Signum's at d = 1024)
@@ -520,7 +524,7 @@ class AdEMAMix:
         m1 = [s["exp_avg"] for s in states]
         m2 = [s["exp_avg_slow"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
-        foreach_lerp_(m1, u, w.shared(("w", 1 - b1), ok, lambda: (1 - b1) * ok), 1 - b1)
+        foreach_lerp_(m1, u, w.weight(1 - b1, ok), 1 - b1)
         if group["alpha_warmup"] or group["beta3_warmup"]:
             alpha_t, b3_t = self.schedules(t, group)
             foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)))
@@ -529,7 +533,7 @@ class AdEMAMix:
             foreach_lerp_(m2, u, w.shared(("1-full", b3, t.dtype), ok,
                                           lambda: (1 - torch.full((), b3, dtype=t.dtype, device=t.device)) * ok))
         torch._foreach_mul_(u, u)
-        foreach_lerp_(v, u, w.shared(("w", 1 - b2), ok, lambda: (1 - b2) * ok), 1 - b2)
+        foreach_lerp_(v, u, w.weight(1 - b2, ok), 1 - b2)
         torch._foreach_copy_(u, v)  # u <- 1 / (sqrt(v_hat) + eps)
         torch._foreach_sqrt_(u)
         r, c = bias_corrections(t, b1, b2)
