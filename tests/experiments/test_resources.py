@@ -56,19 +56,21 @@ def test_check_refuses_and_no_resource_check_insists():
         cmp._check_resources(opts, opts.resolved(), _fake_splits(1500), info)
 
 
-def test_rate_ignores_a_slow_first_call():
-    """A first call that is slow (a GPU creating its library handles) is not timed: with a 0.3 s first call
-    and instant later ones, a 20 ms measurement reads at least 1000 calls per second (it read about 3 when
-    the first call was timed)."""
-    import time
-
+def test_rate_ignores_a_slow_first_call(monkeypatch):
+    """A first call that is slow (a GPU creating its library handles) is not timed: on a clock where the first
+    call takes 0.3 s and every later one 1 ms, a 20 ms measurement reads 1000 calls per second (it read about 3
+    when the first call was timed). The clock is simulated: a wall clock made this test fail when the machine
+    descheduled the process for 0.2 s."""
+    now = [0.0]
     calls = []
 
     def fn():
-        if not calls:
-            time.sleep(0.3)
+        now[0] += 0.3 if not calls else 1e-3
         calls.append(1)
 
+    monkeypatch.setattr(resources, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     rate = resources.timed_rate(fn, 1.0, 0.02)
-    assert rate > 1000
-    assert len(calls) >= 2
+    assert rate == pytest.approx(1000.0)
+    assert len(calls) == 21
+    rate = resources.timed_rate(fn, 5.0, 0.02)  # work_per_call scales the rate
+    assert rate == pytest.approx(5000.0)
