@@ -1,7 +1,7 @@
 """First ``torch.compile`` (inductor) of ``opt.step``: compile time, recompiles, compiled and eager step.
 
 Usage: ``python benchmarks/bench_compile.py [--device cuda] [--width 256] [--budget 300] [--names A,B]
-[--rounds N] [--multi-tensor] [--inductor-config KEY=VALUE ...]``
+[--rounds N] [--multi-tensor] [--inductor-config KEY=VALUE ...] [--phases]``
 
 Each optimizer (torch AdamW foreach, SpectraAdamW, SpectraSignum, Muon, torch.optim.Muon) runs in a fresh
 process with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder), on the 2-layer LLaMA
@@ -19,8 +19,10 @@ form, on any device);
 optimizer's median CPU seconds and its ratio to torch AdamW's; ``--multi-tensor`` makes the spectrakit
 optimizers take the multi-tensor code path (CUDA's) on the CPU as well, to study it there;
 ``--inductor-config loop_ordering_after_fusion=False`` sets that ``torch._inductor.config`` entry in every
-optimizer's process (a Python literal; repeat the option for more). Optimizers not started within ``--budget``
-seconds are skipped. Results:
+optimizer's process (a Python literal; repeat the option for more); ``--phases`` also prints where each first
+compile went (the wall seconds of torch's timed compile stages, ``torch._dynamo.utils.compilation_time_metrics``:
+tracing, AOT, lowering, scheduling and fusion, code generation; nested stages overlap). Optimizers not started
+within ``--budget`` seconds are skipped. Results:
 docs/BENCHMARKS.md ("Compile-first", "H100 results").
 """
 import argparse
@@ -79,7 +81,7 @@ def inductor_setting(text: str) -> tuple[str, object]:
         raise ValueError(f"--inductor-config {text!r}: the value must be a Python literal (True, 64, 'x')") from None
 
 
-def one(name, device, width, multi_tensor=False, settings=()):
+def one(name, device, width, multi_tensor=False, settings=(), phases=False):
     import torch
     import torch._inductor.config as config
     import torch._inductor.metrics as metrics
@@ -135,6 +137,11 @@ def one(name, device, width, multi_tensor=False, settings=()):
     kernels = metrics.generated_kernel_count
     g1 = counters["stats"]["unique_graphs"]
     breaks = sum(counters["graph_break"].values())
+    if phases:  # where the first call's compile went: torch's timed compile stages (nested: they overlap)
+        from torch._dynamo.utils import compilation_time_metrics
+
+        spent = sorted(((sum(v), k) for k, v in compilation_time_metrics.items()), reverse=True)[:14]
+        print(f"phases {name}: " + ", ".join(f"{k} {x:.2f} s" for x, k in spent), flush=True)
     t = time.perf_counter()
     step()
     sync()
@@ -176,6 +183,9 @@ def main():
     ap.add_argument("--inductor-config", action="append", default=[], metavar="KEY=VALUE",
                     help="set torch._inductor.config.KEY = VALUE (a Python literal) in each optimizer's process, e.g. "
                          "loop_ordering_after_fusion=False; repeatable")
+    ap.add_argument("--phases", action="store_true",
+                    help="also print where each first compile went (torch's timed compile stages, wall seconds; "
+                         "nested stages overlap)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     for text in a.inductor_config:
@@ -190,7 +200,7 @@ def main():
     if a.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {a.rounds}")
     if a.one:
-        one(a.one, a.device, a.width, a.multi_tensor, a.inductor_config)
+        one(a.one, a.device, a.width, a.multi_tensor, a.inductor_config, a.phases)
         return
     import torch
 
@@ -217,8 +227,12 @@ def main():
             cmd = [sys.executable, __file__, "--one", name, "--device", a.device, "--width", str(a.width)]
             cmd += ["--multi-tensor"] if a.multi_tensor else []
             cmd += [f"--inductor-config={text}" for text in a.inductor_config]
+            cmd += ["--phases"] if a.phases else []
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=left)
             lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
+            for line in lines[:-1] if r.returncode == 0 else ():
+                if line.startswith("phases "):
+                    print(line, flush=True)
             print(lines[-1] if r.returncode == 0 and lines else f"{name}: failed rc={r.returncode}: {r.stderr[-600:]}",
                   flush=True)
             m = re.search(r"\(CPU ([0-9.]+) s", lines[-1]) if r.returncode == 0 and lines else None

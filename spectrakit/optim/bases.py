@@ -58,6 +58,21 @@ def _step(p: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), dtype=state_dtype(p.dtype), device=p.device)
 
 
+def once(memo: list | None, key, ok, make):
+    """``make()`` the first time ``key`` (numbers, dtypes, devices) and the object ``ok`` (a flag tensor, compared
+    by identity, or None) are passed with the list ``memo`` of one group's step, that value again later (``memo``
+    None: every call makes it). A step traced by ``torch.compile`` would otherwise repeat the same nodes once per
+    batch (the flag on each device, its boolean form, the bases' moment weights)."""
+    if memo is None:
+        return make()
+    for k, o, value in memo:
+        if o is ok and k == key:
+            return value
+    value = make()
+    memo.append((key, ok, value))
+    return value
+
+
 class Work:
     """The work tensors of one batch of ``B`` parameters.
 
@@ -83,17 +98,9 @@ class Work:
 
     def shared(self, key, ok: torch.Tensor, make):
         """``make()``, a scalar that depends only on ``key`` (numbers, dtypes) and the flag ``ok``: made once for
-        every batch of the group's step that passes the same ``key`` and the same ``ok`` object (the optimizer's
-        list ``shared``; without it, every call makes it). A traced step would otherwise repeat the same nodes
-        once per batch."""
-        if self._shared is None:
-            return make()
-        for k, o, value in self._shared:
-            if o is ok and k == key:
-                return value
-        value = make()
-        self._shared.append((key, ok, value))
-        return value
+        every batch of the group's step that passes the same ``key`` and the same ``ok`` object (:func:`once` on
+        the optimizer's list ``shared``; without it, every call makes it)."""
+        return once(self._shared, key, ok, make)
 
     def weight(self, c: float, ok: torch.Tensor) -> torch.Tensor:
         """``c * ok`` (a moment's weight, 0 on a skipped step), once per group and step (:meth:`shared`)."""

@@ -100,7 +100,7 @@ import torch
 from spectrakit._checks import check_choice, check_int, check_scalar, value_checks_enabled
 from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
-from spectrakit.optim.bases import BASES, Work, state_dtype, stored
+from spectrakit.optim.bases import BASES, Work, once, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_
 from spectrakit.optim.joint import stack_scalars
 from spectrakit.optim.opaque import (
@@ -952,11 +952,10 @@ class Spectra(torch.optim.Optimizer):
         # compile; eagerly, batch by batch (one work tensor alive at a time)
         pending: list | None = [] if torch.compiler.is_compiling() else None
         plan, works = self._cached_plan(group)
-        # the flag on each (device, dtype), and its boolean form with a zero where a path masks with them: made
-        # once per group, not per batch (a traced step would otherwise carry the same nodes once per batch)
-        flags: dict = {}
-        masks: dict = {}
-        shared: list = []  # the bases' scalars of this step (Work.shared)
+        # the flag on each (device, dtype), its boolean form and a zero where a path masks with them, and the
+        # bases' scalars (Work.shared): made once per group, not per batch (bases.once; a traced step would
+        # otherwise carry the same nodes once per batch)
+        shared: list = []
         for index, (kind, shape, params, alpha) in enumerate(plan):
             # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
             buf = views = w = load = store = pre = res = upd = U = batch = None
@@ -968,24 +967,18 @@ class Spectra(torch.optim.Optimizer):
             # traced: a copy of the flag per batch (bases.stored) where _flag_copies says so, since inductor's
             # fusion search pairs the nodes that read one buffer and every element-wise node reads the flag
             copies = traced and ok is not None and self._flag_copies(dev)
-            key = None if copies else (dev, wdt)
-            ok_d = flags.get(key)
-            if ok_d is None:
-                ok_d = (torch.ones((), device=dev, dtype=wdt) if ok is None
-                        else ok.to(device=dev, dtype=wdt, non_blocking=True))
-                if copies:
-                    ok_d = stored(ok_d)
-                else:
-                    flags[key] = ok_d
 
-            def mask(ok_d=ok_d, key=key, wdt=wdt, dev=dev):
-                """``(ok_d > 0, 0)``: the work copy's ``where`` operands, once per flag."""
-                pair = masks.get(key) if key is not None else None
-                if pair is None:
-                    pair = (ok_d > 0, torch.zeros((), dtype=wdt, device=dev))
-                    if key is not None:
-                        masks[key] = pair
-                return pair
+            def flag(dev=dev, wdt=wdt):
+                return (torch.ones((), device=dev, dtype=wdt) if ok is None
+                        else ok.to(device=dev, dtype=wdt, non_blocking=True))
+
+            ok_d = stored(flag()) if copies else once(shared, ("flag", dev, wdt), ok, flag)
+
+            def mask(ok_d=ok_d, wdt=wdt, dev=dev):
+                """``(ok_d > 0, 0)``: the work copy's ``where`` operands, once per flag (a batch's own copy of the
+                flag gets its own)."""
+                return once(shared, ("mask", wdt), ok_d,
+                            lambda: (ok_d > 0, torch.zeros((), dtype=wdt, device=dev)))
 
             grads = [p.grad for p in params]
             if traced:
