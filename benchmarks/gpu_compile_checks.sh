@@ -13,7 +13,9 @@
 # first, on an idle host, then bench_compile.py (cold first compile of torch AdamW and the presets, fresh process each).
 # Part 3: do the Frank-Wolfe posts compile on CUDA with inductor's loop reordering off (torch 2.11 asserts in it)?
 # Is torch.optim.Muon's compiled CUDA step bit-identical to its eager one (ours differs by 5e-5 through the traced
-# Nesterov lerp)? SpectraAdEMAMix's and SpectraMARS's first compile between two torch AdamW ones, on an idle host.
+# Nesterov lerp)? SpectraAdEMAMix's and SpectraMARS's first compile between two torch AdamW ones, on an idle host,
+# with --phases (where each first compile went: tracing, AOT, lowering, fusion, Triton). First, on the idle host:
+# where the plain presets' eager step spends its host time against torch's (study_step_host.py).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_compile_checks}"
@@ -42,12 +44,13 @@ case "$part" in
         --names "torch AdamW,AdamW,SGD,SpectraAdamW,Lion"
     ;;
 3)
-    run fw_no_loop_ordering timeout 200 python benchmarks/bench_compile.py --device cuda --width 256 --budget 150 \
+    run step_host timeout 45 python benchmarks/study_step_host.py --device cuda --width 256 --rounds 50
+    run fw_no_loop_ordering timeout 160 python benchmarks/bench_compile.py --device cuda --width 256 --budget 110 \
         --names "SpectraSignum nuclear,SpectraSignum linf_fw" --inductor-config loop_ordering_after_fusion=False
     run compile_equal_muon timeout 150 python benchmarks/study_compile_equal.py --device cuda \
         --names "torch Muon,Muon" --backends aot_eager,inductor
     run compile_times_3 timeout 200 python benchmarks/bench_compile.py --device cuda --width 256 --budget 150 \
-        --names "torch AdamW,SpectraAdEMAMix,SpectraMARS,torch AdamW"
+        --names "torch AdamW,SpectraAdEMAMix,SpectraMARS,torch AdamW" --phases
     ;;
 *)
     echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2|3" >&2
