@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -156,7 +157,11 @@ def test_compare_past_its_budget_is_interrupted_and_recorded(tmp_path, monkeypat
     tiny[tiny.index("--steps") + 1] = "100000"
     monkeypatch.setattr(stage_compare, "TINY", tiny)
     ctx = gpu_suite.Context(torch.device("cpu"), True, str(tmp_path), budget_s=0.5)
-    entry = gpu_suite.run_stage("compare", ctx)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a shell's background job
+    try:
+        entry = gpu_suite.run_stage("compare", ctx)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert entry["status"] == "failed" and "time budget" in entry["error"] and "--resume" in entry["error"]
     # the command was stopped, not run to its end: its log ends with the command line's one line for SIGINT
     # (its handlers are installed before torch is imported), or, for a signal that lands in the interpreter's
@@ -164,6 +169,24 @@ def test_compare_past_its_budget_is_interrupted_and_recorded(tmp_path, monkeypat
     # seconds: on a loaded 2-core machine the interrupted stage took 94 s.
     log = (tmp_path / "compare" / "compare.log").read_text().strip().splitlines()
     assert not log or log[-1] in ("interrupted (SIGINT, Ctrl-C)", "KeyboardInterrupt"), log[-5:]
+
+
+@pytest.mark.parametrize("helper", [True, False])
+def test_the_compare_child_takes_sigint_where_this_process_ignores_it(helper):
+    """A shell's background job starts with SIGINT ignored and passes that on to the processes it starts: the
+    compare stage's child gets a handled SIGINT all the same (with a plain ``Popen``, the control case, it is
+    ignored until the command installs its handlers: a stop sent during its start-up was dropped and the run went
+    on), and this process's own disposition is restored."""
+    code = "import signal; print(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)"
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        spawn = stage_compare.popen_interruptible if helper else subprocess.Popen
+        proc = spawn([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        out, _ = proc.communicate(timeout=120)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert out.strip() == ("False" if helper else "True")
 
 
 def test_compare_stage_reads_the_table_in_compare_order(tmp_path, monkeypatch):
