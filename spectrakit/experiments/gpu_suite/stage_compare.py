@@ -41,9 +41,10 @@ def popen_interruptible(cmd: list[str], **kwargs) -> subprocess.Popen:
     """``subprocess.Popen(cmd, **kwargs)`` whose process takes SIGINT from its start. A process started with
     SIGINT ignored (a shell's background job, ``nohup``) passes that on to its children, and the command's
     handlers are installed only once its interpreter has started: a stop sent before that was dropped and the
-    run went on until it was killed, without the checkpoint a stop writes (seen on a loaded 2-core machine). An ignored SIGINT is replaced by Python's
-    default handler while the child starts (a caught signal is reset to its default at ``exec``) and restored
-    after; in a thread other than the main one, where handlers cannot be changed, a plain ``Popen``."""
+    run went on until it was killed, without the checkpoint a stop writes (seen on a loaded 2-core machine).
+    An ignored SIGINT is replaced by Python's default handler while the child starts (a caught signal is reset
+    to its default at ``exec``) and restored after; in a thread other than the main one, where handlers cannot
+    be changed, a plain ``Popen``."""
     try:
         ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         if ignored:
