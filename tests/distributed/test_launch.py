@@ -23,7 +23,8 @@ def test_timeout_kills_workers_and_errors_surface(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="did not finish within 1 s"):
         run_workers(f"{src}:hang", 1, timeout=1)
-    assert time.monotonic() - t0 < 30
+    # killed at its timeout, not waited for (the worker sleeps 120 s); the margin covers a loaded machine's start-up
+    assert time.monotonic() - t0 < 100
     with pytest.raises(mp.ProcessRaisedException, match="boom on rank 0 of 1"):
         run_workers(f"{src}:boom", 1, timeout=60)
 
