@@ -519,7 +519,7 @@ PARITY = {
 CHECK = "non-finite check alone"
 
 
-def _parity_makers(device: str) -> dict:
+def parity_makers(device: str) -> dict:
     """Every optimizer of the eager-parity rounds: torch AdamW / SGD (momentum 0.9) foreach and, where torch
     has it on ``device``, fused; our presets of :data:`PARITY` (an option this version of spectrakit lacks
     leaves its row out)."""
@@ -557,7 +557,7 @@ def bench_parity(widths, device: str, reps: int, clock: str = "wall") -> list[di
         init = [torch.randn(s, device=device, generator=gen) * 0.02 for s in shapes]
         grads = [torch.randn(s, device=device, generator=gen) * 1e-2 for s in shapes]
         opts = {}
-        for name, make in _parity_makers(device).items():
+        for name, make in parity_makers(device).items():
             ps = [torch.nn.Parameter(t.clone()) for t in init]
             for p, g in zip(ps, grads):
                 p.grad = g.clone()

@@ -22,28 +22,16 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_optim import width_shapes  # noqa: E402
-
-import spectrakit.optim as O  # noqa: E402
-
-CASES = [("torch SGD foreach", "SGD", dict(momentum=0.9, foreach=True)),
-         ("torch SGD fused", "SGD", dict(momentum=0.9, fused=True)),
-         ("SGD", "SGD", dict(momentum=0.9)),
-         ("SGD check_finite=False", "SGD", dict(momentum=0.9, check_finite=False)),
-         ("torch AdamW foreach", "AdamW", dict(foreach=True)),
-         ("torch AdamW fused", "AdamW", dict(fused=True)),
-         ("AdamW", "AdamW", {}),
-         ("AdamW check_finite=False", "AdamW", dict(check_finite=False)),
-         ("Lion", "Lion", {}),
-         ("Signum", "Signum", {})]
+from bench_optim import parity_makers, width_shapes  # noqa: E402
 
 
-def make(label, cls, kw, width, device):
+def make(maker, width, device):
+    """``maker`` (one of ``bench_optim.parity_makers``) on a fresh parameter set of width ``width`` with gradients."""
     gen = torch.Generator(device=device).manual_seed(0)
     ps = [torch.nn.Parameter(torch.randn(s, device=device, generator=gen) * 0.02) for s in width_shapes(width)]
     for p in ps:
         p.grad = torch.randn(p.shape, device=device, generator=gen) * 1e-2
-    return (getattr(torch.optim, cls) if label.startswith("torch ") else getattr(O, cls))(ps, lr=1e-3, **kw)
+    return maker(ps)
 
 
 def main():
@@ -65,11 +53,12 @@ def main():
     cuda = a.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     cases = []
-    for label, cls, kw in CASES:
+    for label, maker in parity_makers(a.device).items():  # torch's AdamW / SGD foreach and fused, our presets
         try:
-            cases.append((label, make(label, cls, kw, a.width, a.device)))
+            cases.append((label, make(maker, a.width, a.device)))
         except (RuntimeError, ValueError, TypeError) as e:  # e.g. no fused SGD kernel for this device in this torch
             print(f"{label}: not available ({type(e).__name__}: {str(e)[:80]})")
+    cases.sort(key=lambda c: not c[0].startswith("torch SGD"))  # the reference first: torch SGD (foreach)
     for _, opt in cases:
         for _ in range(3):
             opt.step()
