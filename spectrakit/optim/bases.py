@@ -35,7 +35,7 @@ import math
 import torch
 
 from spectrakit._checks import check_scalar
-from spectrakit.optim.joint import stack_scalars
+from spectrakit.optim.opaque import foreach_norms
 
 
 def _check_betas(betas, n: int, name: str = "betas"):
@@ -582,8 +582,7 @@ class MARS:
         foreach_lerp_(last, u, ok)  # g_prev <- g (unchanged on a skipped step)
         torch._foreach_add_(u, diff, alpha=group["gamma"] * b1 / (1 - b1))
         del diff
-        norms = stack_scalars(torch._foreach_norm(u))
-        w.mul_(1.0 / norms.clamp_min(1.0))
+        w.mul_(1.0 / foreach_norms(u).clamp_min(1.0))
         m = [s["exp_avg"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
         adam_direction_(w, m, v, t, b1, b2, group["eps"], ok, scale)

@@ -33,7 +33,12 @@ The non-finite check is a third operator, ``torch.ops.spectrakit.grads_within(gr
 the CPU's path by each gradient's ``aminmax`` (the eager check). Traced as ``torch._foreach_norm``, inductor
 generated one reduction kernel per gradient (a plain AdamW step on an H100: 24 kernels and a 52 s first compile,
 torch AdamW's 10 s), and traced as one ``amax`` per gradient on the CPU one kernel each too (plain AdamW: 23
-kernels, a compiled step 1.13x its eager one); as an operator call it compiles none.
+kernels, a compiled step 1.13x its eager one); as an operator call it compiles none. For the same reason two
+more reductions of the step are operator calls: ``torch.ops.spectrakit.finite_(xs)`` checks a matrix batch's
+transformed update and zeroes its non-finite entries in place (the eager ``aminmax`` and ``nan_to_num``; traced
+as ``amax`` and ``where``, a reduction kernel per matrix batch), and ``torch.ops.spectrakit.norms(xs)`` gives the
+Frobenius norms of a list (torch's multi-tensor norm kernel: MARS's per-parameter clip, the vector clip; traced,
+a reduction kernel per tensor). Both also give the compiled step the eager step's numbers.
 
 The step counter of each param group (``steps_taken``, a 0-d int64 CPU tensor: the clip schedules read it on the
 host without a device sync) is advanced by a fourth, ``torch.ops.spectrakit.count_step_(counter)``
@@ -135,6 +140,52 @@ def count_step(counter: torch.Tensor) -> None:
     counter.add_(1)
 
 
+def norms(xs: list[torch.Tensor]) -> torch.Tensor:
+    """``(len(xs),)`` tensor of the Frobenius norms ``||x_i||_F`` (``xs``: one dtype and device), by torch's
+    multi-tensor norm kernel (one launch on a GPU): the kernel of ``torch.ops.spectrakit.norms``."""
+    return stack_scalars(torch._foreach_norm(xs))
+
+
+def _norms_fake(xs):
+    return torch.empty(len(xs), dtype=xs[0].dtype, device=xs[0].device)
+
+
+def foreach_norms(xs: list[torch.Tensor]) -> torch.Tensor:
+    """:func:`norms` of ``xs``; while ``torch.compile`` traces, one call of ``torch.ops.spectrakit.norms`` with
+    the same kernel (traced as ``torch._foreach_norm``, inductor generates a reduction kernel per tensor to
+    compile, and its sums may round unlike the eager kernel's)."""
+    return (norms_op if torch.compiler.is_compiling() else norms)(xs)
+
+
+def finite_one_(x: torch.Tensor) -> torch.Tensor:
+    """0-d bool tensor: every entry of ``x`` is finite (from ``aminmax``: NaN propagates, +-inf is the min/max);
+    then ``x``'s non-finite entries are set to 0 in place (``nan_to_num``). Two passes over ``x``, no host read."""
+    lo, hi = torch.aminmax(x)
+    fin = torch.isfinite(lo) & torch.isfinite(hi)
+    torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
+    return fin
+
+
+def finite_(xs: list[torch.Tensor]) -> torch.Tensor:
+    """``(len(xs),)`` bool tensor, entry ``i`` the :func:`finite_one_` flag of ``xs[i]``, whose non-finite entries
+    become 0: the kernel of ``torch.ops.spectrakit.finite_`` (the matrix batches' transformed updates of a traced
+    step). One ``aminmax`` and one ``nan_to_num_`` per tensor, then one finiteness test of all the extremes."""
+    ends = []
+    for x in xs:
+        if not x.numel():  # (aminmax has no empty reduction) finite
+            ends.extend((x.new_zeros(()), x.new_zeros(())))
+            continue
+        ends.extend(torch.aminmax(x))
+        torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
+    if any(e.dtype != ends[0].dtype for e in ends):
+        ends = [e.double() for e in ends]
+    return torch.isfinite(torch.stack(ends)).view(len(xs), 2).all(1)
+
+
+def _finite_fake(xs):
+    return torch.empty(len(xs), dtype=torch.bool, device=xs[0].device)
+
+
 def _grads_within_fake(grads, bound, per_tensor=False):
     return torch.empty((), dtype=torch.bool, device=grads[0].device)
 
@@ -144,6 +195,14 @@ _LIB.define("grads_within(Tensor[] grads, float bound, bool per_tensor=False) ->
 _LIB.impl("grads_within", grads_within, "CompositeExplicitAutograd")
 torch.library.register_fake("spectrakit::grads_within", _grads_within_fake, lib=_LIB)
 grads_within_op = torch.ops.spectrakit.grads_within.default
+_LIB.define("norms(Tensor[] xs) -> Tensor")
+_LIB.impl("norms", norms, "CompositeExplicitAutograd")
+torch.library.register_fake("spectrakit::norms", _norms_fake, lib=_LIB)
+norms_op = torch.ops.spectrakit.norms.default
+_LIB.define("finite_(Tensor(a!)[] xs) -> Tensor")
+_LIB.impl("finite_", finite_, "CompositeExplicitAutograd")
+torch.library.register_fake("spectrakit::finite_", _finite_fake, lib=_LIB)
+finite_op = torch.ops.spectrakit.finite_.default
 _LIB.define("count_step_(Tensor(a!) counter) -> ()")
 _LIB.impl("count_step_", count_step, "CompositeExplicitAutograd")
 torch.library.register_fake("spectrakit::count_step_", lambda counter: None, lib=_LIB)

@@ -19,7 +19,7 @@ Implementation of one ``step()`` (no host-device synchronisation anywhere):
    its step is not skipped for them);
 1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
    kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower; traced by
-   ``torch.compile`` on CPU, one ``amax`` of ``|g|`` per gradient, see :meth:`Spectra._device_finite`);
+   ``torch.compile``, one call of an operator running the same check, see :meth:`Spectra._device_finite`);
 2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
    group form one flat batch; with an element-wise update, ``post="none"``, the batches of one dtype,
    device and ``alpha`` form one flat batch, so that a step issues the same ops however many shapes the
@@ -102,10 +102,12 @@ from spectrakit._groups import check_finite_hyperparameters, check_group_keys
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, once, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_
-from spectrakit.optim.joint import stack_scalars
 from spectrakit.optim.opaque import (
     aminmax_within,
     count_step_op,
+    finite_one_,
+    finite_op,
+    foreach_norms,
     grads_within,
     grads_within_op,
     reads_step,
@@ -1061,8 +1063,7 @@ class Spectra(torch.optim.Optimizer):
                     self._post_flags.append(fin)
                     ok_d = ok_d * fin
                 elif group["vector_clip"]:
-                    norms = stack_scalars(torch._foreach_norm(views))
-                    w.mul_(vector_clip_factors(group["vector_clip"], norms, pre_c_k))
+                    w.mul_(vector_clip_factors(group["vector_clip"], foreach_norms(views), pre_c_k))
             scale = (-lr * alpha) * ok_d  # the update is p <- (1 - lr wd ok) p + scale * post(U)
             # (2) base direction, in place (identity post-transform: the base applies scale, its last operation)
             base.direction_(w, [self._state(p, base) for p in params], group, ok_d, scale if identity else None)
@@ -1083,7 +1084,7 @@ class Spectra(torch.optim.Optimizer):
                     continue
                 upd = self._post_transform_groups([batch])[0]  # the work tensor or a fresh output: ours to modify
             else:
-                w.mul_(vector_clip_factors(group["vector_clip"], stack_scalars(torch._foreach_norm(views)), c_k))
+                w.mul_(vector_clip_factors(group["vector_clip"], foreach_norms(views), c_k))
                 upd = buf
             if not identity and kind == "matrix":
                 self._finish_matrix_batch(params, upd, lr_wd, ok_d, scale, per_tensor)
@@ -1092,14 +1093,18 @@ class Spectra(torch.optim.Optimizer):
             self._apply_update(params, views, lr_wd, ok_d, None if identity else scale, per_tensor, upd)
         if pending:
             updates = self._post_transform_groups([b for b, *_ in pending])
-            for (batch, lr_wd, ok_d, scale, per_tensor), upd in zip(pending, updates):
-                self._finish_matrix_batch(batch["params"], upd, lr_wd, ok_d, scale, per_tensor)
+            # traced: every update's check in one operator call (one fusion barrier; see _finite_)
+            fins = finite_op(updates).unbind(0) if torch.compiler.is_compiling() else [None] * len(updates)
+            for (batch, lr_wd, ok_d, scale, per_tensor), upd, fin in zip(pending, updates, fins):
+                self._finish_matrix_batch(batch["params"], upd, lr_wd, ok_d, scale, per_tensor, fin)
 
-    def _finish_matrix_batch(self, params, upd, lr_wd, ok_d, scale, per_tensor: bool) -> None:
+    def _finish_matrix_batch(self, params, upd, lr_wd, ok_d, scale, per_tensor: bool, fin=None) -> None:
         """Steps (3)-(4) after a matrix batch's post-transform ``upd`` (``(B, m, n)``, ours to modify): a
         non-finite update (a post-transform that broke down) is not applied (this batch's parameters keep their
-        values and the step counts as skipped, no host read), else ``p <- (1 - lr wd ok) p + scale * upd``."""
-        fin = self._finite_(upd)
+        values and the step counts as skipped, no host read), else ``p <- (1 - lr wd ok) p + scale * upd``.
+        ``fin``: None, or ``upd``'s finiteness as a 0-d bool tensor already found (its non-finite entries
+        zeroed), as :meth:`_finite_` does."""
+        fin = self._finite_(upd) if fin is None else fin.to(upd.dtype)
         self._post_flags.append(fin)
         ok_d, scale = ok_d * fin, scale * fin
         deltas = [d.view(p.shape) for d, p in zip(upd.unbind(0), params)]
@@ -1119,20 +1124,16 @@ class Spectra(torch.optim.Optimizer):
     @staticmethod
     def _finite_(x: torch.Tensor) -> torch.Tensor:
         """0-d tensor (x's dtype): 1 if every entry of ``x`` is finite, else 0; then zeroes ``x``'s non-finite
-        entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x``, no host read.
-        Traced by ``torch.compile``: ``isfinite(amax(|x|))`` and ``where(isfinite(x), x, 0)``, the same values
-        (inductor generates one reduction for them where ``aminmax`` is two, and a vectorised select where
-        ``nan_to_num`` is three selects and an unvectorised ``isnan``)."""
+        entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x`` (``aminmax``,
+        ``nan_to_num``), no host read. Traced by ``torch.compile``: one call of the operator
+        ``spectrakit::finite_`` running these same passes (:mod:`spectrakit.optim.opaque`), so that inductor
+        generates no reduction kernel for it (traced as ``amax`` and ``where``, one more kernel per matrix batch
+        to compile)."""
         if not x.numel():
             return x.new_ones(())
-        if torch.compiler.is_compiling():  # one reduction; a select where nan_to_num is three
-            fin = torch.isfinite(x.abs().amax()).to(x.dtype)
-            x.copy_(torch.where(torch.isfinite(x), x, x.new_zeros(())))
-            return fin
-        lo, hi = torch.aminmax(x)
-        fin = (torch.isfinite(lo) & torch.isfinite(hi)).to(x.dtype)
-        torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
-        return fin
+        if torch.compiler.is_compiling():
+            return finite_op([x])[0].to(x.dtype)
+        return finite_one_(x).to(x.dtype)
 
     @staticmethod
     def _apply_update(params, deltas, lr_wd: float, ok: torch.Tensor, scale, per_tensor: bool, upd) -> None:

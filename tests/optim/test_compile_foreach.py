@@ -205,17 +205,19 @@ def test_traced_checks_are_single_reductions_and_each_batch_has_its_flag(name):
     The gradients' check is one call of ``spectrakit::grads_within`` (the eager ``aminmax`` check: traced as one
     reduction per gradient, it was a generated kernel each); no traced ``aminmax`` (two accumulators in inductor's
     code), no ``nan_to_num`` (three selects and an unvectorised ``isnan``), no stack of 0-d reduction results
-    (inductor copies each in a kernel of its own): one ``amax`` per matrix batch's update; and every batch (3:
-    ``MATRICES`` x (16, 8), (8, 16), the flat one) reads a stored copy of the skip flag (at least one per batch:
-    inductor's fusion search pairs the nodes that read one buffer)."""
+    (inductor copies each in a kernel of its own), no reduction at all: the matrix batches' updates are checked
+    and their non-finite entries zeroed by one call of ``spectrakit::finite_`` (the eager passes; traced as
+    ``amax`` and ``where``, a generated reduction kernel per batch); and every batch (3: ``MATRICES`` x (16, 8),
+    (8, 16), the flat one) reads a stored copy of the skip flag (at least one per batch: inductor's fusion search
+    pairs the nodes that read one buffer)."""
     graph = _traced(name, "per_tensor").graph
     ops = collections.Counter(str(n.target) for n in graph.nodes if n.op == "call_function")
     assert not any("aminmax" in k or "nan_to_num" in k for k in ops), dict(ops)
-    stacks = [n for n in graph.nodes if n.op == "call_function" and "stack" in str(n.target)
-              and all(a.meta["val"].ndim == 0 and "amax" in str(getattr(a, "target", "")) for a in n.args[0])]
-    assert not stacks
+    reductions = ("aten.amax", "aten.max", "aten.sum", "aten.linalg_vector_norm", "aten._foreach_norm")
+    assert not any(k.startswith(reductions) for k in ops), dict(ops)  # (amin: the flag's stored copies)
     assert ops["spectrakit.grads_within.default"] == 1, dict(ops)
-    assert ops["aten.amax.default"] == 2  # the two matrix batches' updates
+    mutating = collections.Counter(str(n.args[0]) for n in graph.nodes if "auto_functionalized" in str(n.target))
+    assert mutating["spectrakit.finite_.default"] == 1, dict(mutating)  # both matrix batches' updates
     assert _flag_copies(graph) >= 3
 
 
@@ -294,6 +296,24 @@ def test_multi_tensor_check_is_one_operator_call():
                               if n.op == "call_function")
     assert ops["spectrakit.grads_within.default"] == 1, dict(ops)
     assert not any("_foreach_norm" in k for k in ops), dict(ops)
+
+
+@pytest.mark.parametrize("name", ["SpectraAdamW", "MARS"])
+def test_multi_tensor_step_has_no_traced_reduction(name):
+    """No reduction is left for inductor to generate a kernel for in the multi-tensor (CUDA) path's traced step:
+    the gradients' check is one ``spectrakit::grads_within`` call, the matrix batches' transformed updates are
+    checked by one ``spectrakit::finite_`` call (SpectraAdamW: 2 matrix batches) and MARS's per-parameter norms
+    are one ``spectrakit::norms`` call per batch (plain MARS: one flat batch), each running the eager kernels (the
+    numbers are checked against the eager step on the same graphs by the tests above)."""
+    graph = _traced(name, "multi_tensor", *(() if name == "SpectraAdamW" else (FEWER,))).graph
+    ops = collections.Counter(str(n.target) for n in graph.nodes if n.op == "call_function")
+    reductions = ("aten.amax", "aten.amin", "aten.max", "aten.min", "aten.sum", "aten.linalg_vector_norm",
+                  "aten._foreach_norm", "aten.aminmax")
+    assert not any(k.startswith(reductions) for k in ops), dict(ops)
+    assert ops["spectrakit.grads_within.default"] == 1, dict(ops)
+    mutating = collections.Counter(str(n.args[0]) for n in graph.nodes if "auto_functionalized" in str(n.target))
+    assert mutating["spectrakit.finite_.default"] == (1 if name == "SpectraAdamW" else 0), dict(mutating)
+    assert ops["spectrakit.norms.default"] == (0 if name == "SpectraAdamW" else 1), dict(ops)
 
 
 @pytest.mark.parametrize("path", PATHS)
