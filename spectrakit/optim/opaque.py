@@ -157,26 +157,27 @@ def foreach_norms(xs: list[torch.Tensor]) -> torch.Tensor:
     return (norms_op if torch.compiler.is_compiling() else norms)(xs)
 
 
+def _extremes_then_zero_(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(min(x), max(x))`` (0-d; zeros for an empty ``x``), then ``x``'s non-finite entries set to 0 in place."""
+    if not x.numel():  # (aminmax has no empty reduction) finite
+        return x.new_zeros(()), x.new_zeros(())
+    ends = torch.aminmax(x)
+    torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
+    return ends
+
+
 def finite_one_(x: torch.Tensor) -> torch.Tensor:
     """0-d bool tensor: every entry of ``x`` is finite (from ``aminmax``: NaN propagates, +-inf is the min/max);
     then ``x``'s non-finite entries are set to 0 in place (``nan_to_num``). Two passes over ``x``, no host read."""
-    lo, hi = torch.aminmax(x)
-    fin = torch.isfinite(lo) & torch.isfinite(hi)
-    torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
-    return fin
+    lo, hi = _extremes_then_zero_(x)
+    return torch.isfinite(lo) & torch.isfinite(hi)
 
 
 def finite_(xs: list[torch.Tensor]) -> torch.Tensor:
     """``(len(xs),)`` bool tensor, entry ``i`` the :func:`finite_one_` flag of ``xs[i]``, whose non-finite entries
     become 0: the kernel of ``torch.ops.spectrakit.finite_`` (the matrix batches' transformed updates of a traced
     step). One ``aminmax`` and one ``nan_to_num_`` per tensor, then one finiteness test of all the extremes."""
-    ends = []
-    for x in xs:
-        if not x.numel():  # (aminmax has no empty reduction) finite
-            ends.extend((x.new_zeros(()), x.new_zeros(())))
-            continue
-        ends.extend(torch.aminmax(x))
-        torch.nan_to_num_(x, nan=0.0, posinf=0.0, neginf=0.0)
+    ends = [e for x in xs for e in _extremes_then_zero_(x)]
     if any(e.dtype != ends[0].dtype for e in ends):
         ends = [e.double() for e in ends]
     return torch.isfinite(torch.stack(ends)).view(len(xs), 2).all(1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import math
 from types import SimpleNamespace
 from unittest import mock
 
@@ -329,3 +330,33 @@ def test_step_counter_is_one_operator_call(path):
                 and len(n.args) > 1 and n.args[1] == 1]
     assert not int_adds, int_adds
     assert int(t.opt.param_groups[0]["steps_taken"]) == int(t.ref.param_groups[0]["steps_taken"]) == 4
+
+
+@pytest.mark.parametrize("path", PATHS, indirect=True)
+def test_traced_non_finite_update_of_one_batch_equals_eager(path, monkeypatch):
+    """A post-transform that breaks down on one matrix batch (nan for the wide (8, 16) matrix, the others finite)
+    in the traced step: that batch's parameter stays as it is (its moments advance with the finite gradients), the
+    other batches move, the step is counted as skipped, bit for bit as the eager step (the update check
+    ``spectrakit::finite_`` of all batches in one call, and the zeroed non-finite entries)."""
+    from spectrakit.optim import transforms as T
+
+    def breaks_on_wide(U, c, steps=None, dtype=None):
+        return U * math.nan if U.shape[-2:] in ((8, 16), (16, 8)) and U.shape[0] == 1 else U.clone()
+
+    monkeypatch.setitem(T.POST_TRANSFORMS, "_breaks_on_wide", breaks_on_wide)
+    gen = torch.Generator().manual_seed(3)
+    init = [torch.randn(s, generator=gen) for s in FEWER]
+    ps, qs = ([torch.nn.Parameter(x.clone()) for x in init] for _ in range(2))
+    opt, ref = (O.Spectra(xs, post="_breaks_on_wide", lr=1e-2, weight_decay=0.1) for xs in (ps, qs))
+    dynamo.reset()
+    step = torch.compile(opt.step, backend="aot_eager")
+    for _ in range(2):
+        _step_both(step, ref, ps, qs, [torch.randn(s, generator=gen) for s in FEWER])
+    dynamo.reset()
+    assert torch.equal(ps[2], init[2])  # the wide matrix: its update was nan at every step
+    assert not torch.equal(ps[0], init[0]) and not torch.equal(ps[3], init[3])
+    assert int(opt.skipped_steps) == int(ref.skipped_steps) == 2
+    for p, q in zip(ps, qs):
+        assert torch.equal(p, q)
+        for key, value in ref.state[q].items():
+            assert torch.equal(opt.state[p][key], value), key
