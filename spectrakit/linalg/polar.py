@@ -106,47 +106,58 @@ def _frobenius_one(x: torch.Tensor, coeffs) -> torch.Tensor:
 
 
 def _frobenius_iterate(x: torch.Tensor, coeffs, out_dtype: torch.dtype | None = None,
-                       transposed: bool = False, per_matrix: bool | None = None) -> torch.Tensor:
-    """Muon's published loop on wide ``x`` (already in the compute dtype), no mixed precision, no flush:
-    ``X <- X / max(||X||_F, 1e-7)``, then ``A = X X^T; B = b A + c A A; X <- a X + B X`` per step, with the
-    rounding of ``torch.optim.Muon`` (each of ``B`` and ``X`` one fused ``addmm``; batched: ``baddbmm``, the
-    same per-matrix arithmetic). Keller Jordan's reference rounds ``b A``, ``c A A`` and ``a X`` separately
-    (bf16: ~1e-2 relative difference in the output after 5 steps; fp32: ~1e-7).
+                       transposed: bool = False, per_matrix: bool | None = None, *,
+                       dtype: torch.dtype | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Muon's published loop on wide ``x``, no mixed precision, no flush: ``X <- X / max(||X||_F, 1e-7)``,
+    then ``A = X X^T; B = b A + c A A; X <- a X + B X`` per step, in the compute dtype ``dtype`` (default:
+    x's), with the rounding of ``torch.optim.Muon`` (each of ``B`` and ``X`` one fused ``addmm``; batched:
+    ``baddbmm``, the same per-matrix arithmetic). Keller Jordan's reference rounds ``b A``, ``c A A`` and
+    ``a X`` separately (bf16: ~1e-2 relative difference in the output after 5 steps; fp32: ~1e-7).
 
-    Returns the result transposed back when ``transposed`` and in ``out_dtype`` (default: x's dtype).
-    ``per_matrix`` (default: True on CPU, else False) picks the loop. Per matrix: each matrix goes through
-    all steps before the next one (torch's own ``mm``/``addmm`` calls, while the matrix is in cache) and is
-    written into the output in its final layout and dtype by one copy; on the CPU batching gains nothing
-    (``baddbmm`` loops over the matrices there anyway; measured within 1% in emulated bf16) and this loop
-    issues exactly ``torch.optim.Muon``'s calls. Batched (other devices): one ``bmm``/``baddbmm`` per
-    product for the whole batch (one kernel launch per product). Both loops give the same bits where the
-    library runs the same kernel for a batch and a single matrix; on the CPU both write a contiguous output."""
+    Returns the result transposed back when ``transposed``, in ``out_dtype`` (default: x's dtype), written
+    into ``out`` when given (a tensor of the result's shape and dtype; it may share x's memory: each matrix
+    is read before its result is written). ``per_matrix`` (default: True on CPU, else False) picks the loop.
+    Per matrix: each matrix is converted to the compute dtype (``torch.optim.Muon``'s ``G.bfloat16()``) and
+    goes through all steps before the next one (torch's own ``mm``/``addmm`` calls, while the matrix is in
+    cache), then is written into the output in its final layout and dtype by one copy; every temporary is
+    one matrix's (a CPU allocates and page-faults a fresh full-batch tensor every call). On the CPU batching
+    gains nothing (``baddbmm`` loops over the matrices there anyway; measured within 1% in emulated bf16)
+    and this loop issues exactly ``torch.optim.Muon``'s calls. Batched (other devices): one
+    ``bmm``/``baddbmm`` per product for the whole batch (one kernel launch per product). Both loops give the
+    same bits where the library runs the same kernel for a batch and a single matrix; on the CPU both write
+    a contiguous output."""
     out_dtype = x.dtype if out_dtype is None else out_dtype
+    dtype = x.dtype if dtype is None else dtype
     flat = x.reshape(-1, *x.shape[-2:])
     if per_matrix is None:
         per_matrix = flat.device.type == "cpu"
+    shape = mT(x).shape if transposed else x.shape
     if per_matrix:
-        shape = mT(x).shape if transposed else x.shape
-        out = torch.empty(shape, dtype=out_dtype, device=x.device)
+        if out is None:
+            out = torch.empty(shape, dtype=out_dtype, device=x.device)
         dst = (mT(out) if transposed else out).view(flat.shape)  # a view: written in place
         for i, m in enumerate(flat.unbind(0)):
-            dst[i].copy_(_frobenius_one(m, coeffs))
+            dst[i].copy_(_frobenius_one(m.to(dtype), coeffs))
         return out
+    flat = flat.to(dtype)
     norms = torch.stack([m.norm() for m in flat.unbind(0)]).clamp(min=FROBENIUS_EPS)
     flat = flat / norms.view(-1, 1, 1)
     for a, b, c in coeffs:
         g = flat @ mT(flat)
         flat = torch.baddbmm(flat, torch.baddbmm(g, g, g, beta=b, alpha=c), flat, beta=a)
-    out = flat.reshape(x.shape)
-    out = mT(out) if transposed else out
-    if out.device.type == "cpu":  # written in its final layout, as the per-matrix loop (strided passes cost 2x)
-        return out.contiguous() if out.dtype == out_dtype else out.to(out_dtype, memory_format=torch.contiguous_format)
-    return out.to(out_dtype)
+    res = flat.reshape(x.shape)
+    res = mT(res) if transposed else res
+    if out is not None:
+        return out.copy_(res)
+    if res.device.type == "cpu":  # written in its final layout, as the per-matrix loop (strided passes cost 2x)
+        return res.contiguous() if res.dtype == out_dtype else res.to(out_dtype, memory_format=torch.contiguous_format)
+    return res.to(out_dtype)
 
 
 def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_express",
           lower_bound: float | None = None, dtype: torch.dtype | None = None,
-          normalize: str = "spectral_bound", batched: bool | None = None) -> torch.Tensor:
+          normalize: str = "spectral_bound", batched: bool | None = None,
+          out: torch.Tensor | None = None) -> torch.Tensor:
     """Polar factor ``msign(X) = U V^T`` of ``X = U S V^T`` (; Jiang, Semenov and Stich 2026 §5.1, Cesista 2025 §2).
 
     Computed by odd quintic iterations ``X <- a X + (b A + c A^2) X``, ``A = X X^T`` in the wide
@@ -188,11 +199,17 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
             call of ~20 us fixed cost in bf16) per product instead of one per matrix, with the same arithmetic
             per matrix where the library runs the same kernel for both (on an H100, and at the LLaMA shapes on
             an Intel CPU with AMX; at some small shapes there the last bf16 place can differ).
+        out: a tensor of X's shape and dtype to write the result into (returned); it may be X itself. With
+            ``normalize="frobenius"`` on a contiguous ``out`` the per-matrix loop writes each result there
+            directly, so a step allocates no full-size output (on a CPU, a fresh large tensor is page-faulted
+            in on every call); elsewhere the result is copied into it.
 
     Raises:
-        TypeError: X not a floating tensor, dtype unsupported, batched not a bool or None.
+        TypeError: X not a floating tensor, dtype unsupported, batched not a bool or None, out not a tensor
+            of X's dtype.
         ValueError: X with fewer than 2 dims or non-finite values, unknown schedule or normalize,
-            steps < 1, lower_bound outside (0, 1), ``batched`` without ``normalize="frobenius"``.
+            steps < 1, lower_bound outside (0, 1), ``batched`` without ``normalize="frobenius"``, out of
+            another shape or device than X.
     """
     check_tensor(X, "X", min_ndim=2)
     check_choice(schedule, "schedule", set(SCHEDULES) | {"exact"})
@@ -206,6 +223,16 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
     if lower_bound is not None:
         check_scalar(lower_bound, "lower_bound", low=0.0, high=1.0, low_inclusive=False,
                      high_inclusive=False, allow_tensor=False)
+    if out is not None:
+        if not isinstance(out, torch.Tensor) or out.dtype != X.dtype:
+            raise TypeError(f"out must be a tensor of X's dtype {X.dtype}, got "
+                            f"{out.dtype if isinstance(out, torch.Tensor) else type(out).__name__}")
+        if out.shape != X.shape or out.device != X.device:
+            raise ValueError(f"out must have X's shape {tuple(X.shape)} and device {X.device}, got "
+                             f"{tuple(out.shape)} on {out.device}")
+        if not (normalize == "frobenius" and schedule != "exact" and out.is_contiguous() and X.numel()):
+            return out.copy_(msign(X, steps=steps, schedule=schedule, lower_bound=lower_bound, dtype=dtype,
+                                   normalize=normalize, batched=batched))
     cdt = compute_dtype(X, dtype)
     if X.numel() == 0:  # an empty matrix (a zero dimension) maps to itself
         return X.clone()
@@ -216,7 +243,8 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
         # input to bf16 first perturbs it by ~4e-3 s_max / sqrt(m): smaller singular values were lost)
         return sign_iteration(X, lower_bound=1e-3 if lower_bound is None else float(lower_bound),
                               tol=DEFAULT_TOL[cdt], dtype=cdt, steps=steps)
-    x, transposed = to_wide(X.to(cdt))
+    # (the Frobenius loop converts to the compute dtype itself: per matrix on the CPU, as torch.optim.Muon)
+    x, transposed = to_wide(X if normalize == "frobenius" else X.to(cdt))
     if schedule == "polar_express":
         lb = (1e-3 if lower_bound is None else float(lower_bound)) * x.shape[-2] ** (-1 / 8)
         if steps is None:
@@ -225,7 +253,8 @@ def msign(X: torch.Tensor, *, steps: int | None = None, schedule: str = "polar_e
     else:
         coeffs = SCHEDULES[schedule](steps, lower_bound)
     if normalize == "frobenius":
-        return _frobenius_iterate(x, coeffs, X.dtype, transposed, None if batched is None else not batched)
+        return _frobenius_iterate(x, coeffs, X.dtype, transposed, None if batched is None else not batched,
+                                  dtype=cdt, out=out)
     x1, a1, a1sq = normalized_start(x)
     out = polar_iterate(x1, coeffs, a_first=(a1, a1sq))
     return (mT(out) if transposed else out).to(X.dtype)

@@ -467,6 +467,15 @@ class Spectra(torch.optim.Optimizer):
         """Number of steps skipped because of non-finite gradients (0-d tensor; reading it does not sync)."""
         return self.param_groups[0]["skipped_steps"]
 
+    def release_buffers(self) -> None:
+        """Free the tensors the optimizer keeps between steps besides its state: on a CPU the work tensor of
+        its batches (the largest batch's size: one copy of the largest parameter by default) and the
+        per-tensor temporaries, and a small model's work tensors and batching plan (all devices). The next
+        step allocates them again. The step keeps them because a CPU allocator returns a freed block of
+        several MiB to the system, and page-faulting it in again cost every step time (about 1000 faults a
+        step for Muon at d = 512). Call it when the memory is wanted elsewhere, e.g. before evaluation."""
+        self._scratch_bufs.clear()
+
     # ------------------------------------------------------------------ state dict
     def load_state_dict(self, state_dict: dict, *, allow_changes: bool = False) -> None:
         """Load a state dict; unlike ``torch.optim.Optimizer``, fp32 state of bf16/fp16 params stays fp32.
@@ -960,7 +969,7 @@ class Spectra(torch.optim.Optimizer):
         shared: list = []
         for index, (kind, shape, params, alpha) in enumerate(plan):
             # drop the previous batch's work tensor before allocating this one (peak: one batch, not two)
-            buf = views = w = load = store = pre = res = upd = U = batch = None
+            buf = flat = views = w = load = store = pre = res = upd = U = batch = None
             dev, wdt = params[0].device, state_dtype(params[0].dtype)
             # bf16 only where its matmuls are hardware-accelerated (else the work dtype: never slower)
             pdt = self._compute_dtype(group, dev, shape if kind == "matrix" else None)
@@ -988,12 +997,17 @@ class Spectra(torch.optim.Optimizer):
             elif works is not None and index in works:  # a small group's work tensor, kept across steps
                 buf, views = works[index]
             else:
+                sizes = [p.numel() for p in params]
+                # a larger group on a CPU: a slice of one buffer kept across steps (the largest batch's size, per
+                # dtype; batches run one at a time): a CPU allocator returns a freed tensor of several MiB to the
+                # system, so each step page-faulted a fresh one in again (~1000 faults a step for Muon at d = 512)
+                flat = (self._scratch(sum(sizes), wdt, dev, "work")[: sum(sizes)]
+                        if works is None and dev.type == "cpu" else torch.empty(sum(sizes), dtype=wdt, device=dev))
                 if kind == "matrix":
-                    buf = torch.empty((len(params), *shape), dtype=wdt, device=dev)
+                    buf = flat.view(len(params), *shape)
                     views = [v.view(p.shape) for v, p in zip(buf.unbind(0), params)]
                 else:
-                    sizes = [p.numel() for p in params]
-                    buf = torch.empty(sum(sizes), dtype=wdt, device=dev)
+                    buf = flat
                     views = [v.view(p.shape) for v, p in zip(torch.split_with_sizes(buf, sizes), params)]
                 if works is not None:
                     works[index] = (buf, views)
@@ -1110,14 +1124,17 @@ class Spectra(torch.optim.Optimizer):
         deltas = [d.view(p.shape) for d, p in zip(upd.unbind(0), params)]
         self._apply_update(params, deltas, lr_wd, ok_d, scale, per_tensor, upd)
 
-    def _scratch(self, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """A 1-D buffer of at least ``numel`` elements, kept across steps (not in ``state_dict``): the
-        temporaries of the per-tensor bodies (:meth:`Work.scratch`, Lion's interpolation). At most one
-        parameter's size per (dtype, device); allocating it afresh each step costs page faults on CPU."""
+    def _scratch(self, numel: int, dtype: torch.dtype, device: torch.device, slot: str = "tmp") -> torch.Tensor:
+        """A 1-D buffer of at least ``numel`` elements, kept across steps (not in ``state_dict``), one per
+        ``slot``, dtype and device: ``"tmp"``, the temporaries of the per-tensor bodies (:meth:`Work.scratch`,
+        Lion's interpolation; at most one parameter's size), and ``"work"``, the work tensor of a CPU step's
+        batches (at most the largest batch: the peak the step needs anyway). Allocating them afresh each step
+        costs page faults on CPU."""
         cache = self._scratch_bufs
-        key = (dtype, str(device))
+        key = (slot, dtype, str(device))
         buf = cache.get(key)
         if buf is None or buf.numel() < numel:
+            buf = cache[key] = None  # the smaller one freed first (no peak of both)
             buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
         return buf
 

@@ -46,8 +46,10 @@ so the exact variants work without it.
 
 Memory: ``soft_clip``/``soft_clip_fast`` have an in-place variant (``POST_TRANSFORMS["soft_clip"].inplace``,
 fp32/fp64 compute) that overwrites ``U`` and allocates no full-size temporary (4 ``m x m`` Gram matrices
-per matrix, then a block of at most ``2^20`` elements); the optimizer calls it on its work tensor. The
-entries of ``POST_TRANSFORMS`` themselves never modify ``U``.
+per matrix, then a block of at most ``2^20`` elements); the optimizer calls it on its work tensor. So do
+``newton_schulz5`` and ``newton_schulz5_batched`` (Muon's loop writes each result into ``U``: no full-size
+output per step) and the regularised Frank-Wolfe posts. The entries of ``POST_TRANSFORMS`` themselves never
+modify ``U``.
 """
 
 from __future__ import annotations
@@ -177,6 +179,16 @@ def _newton_schulz5(U, c, steps=None, dtype=None):
         return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius")
 
 
+def _newton_schulz5_inplace(U, c, steps=None, dtype=None):
+    """:func:`_newton_schulz5` written into ``U`` (``msign(..., out=U)``): the same bits, and no full-size
+    output allocated per step."""
+    with no_value_checks():
+        return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius", out=U)
+
+
+_newton_schulz5.inplace = _newton_schulz5_inplace
+
+
 def _newton_schulz5_batched(U, c, steps=None, dtype=None):
     """:func:`_newton_schulz5` with one batched product per step and product for the whole stack on every
     device (``linalg.msign(..., batched=True)``): the per-matrix arithmetic of Muon, in 15 ``bmm``/``baddbmm``
@@ -184,6 +196,16 @@ def _newton_schulz5_batched(U, c, steps=None, dtype=None):
     with no_value_checks():
         return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius",
                                batched=True)
+
+
+def _newton_schulz5_batched_inplace(U, c, steps=None, dtype=None):
+    """:func:`_newton_schulz5_batched` written into ``U``."""
+    with no_value_checks():
+        return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius",
+                               batched=True, out=U)
+
+
+_newton_schulz5_batched.inplace = _newton_schulz5_batched_inplace
 
 
 def _newton_schulz5_spectral(U, c, steps=None, dtype=None):

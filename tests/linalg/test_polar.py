@@ -204,3 +204,34 @@ def test_muon_frobenius_loops_agree_bit_for_bit(shape, dtype):
     grads = [torch.autograd.grad((_frobenius_iterate(x.mT, coeffs, None, True, per_matrix=p) * w).sum(), x)[0]
              for p in (True, False)]
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(3, 40, 24), (2, 24, 40), (2, 2, 16, 16)])
+@pytest.mark.parametrize("batched", [False, True])
+def test_msign_out_equals_the_returned_result(shape, batched):
+    """``msign(..., out=)`` writes the same bits as the returned result into ``out``, also when ``out`` is the
+    input itself (each matrix is read before its result is written), for the Frobenius loop (per matrix and
+    batched; tall, wide, 4-D) and, by a copy, for the other routes; a non-contiguous ``out`` is written too."""
+    g = torch.randn(*shape) * 3.0
+    ref = msign(g, schedule="muon", normalize="frobenius", dtype=torch.bfloat16, batched=batched)
+    out = torch.full_like(g, float("nan"))
+    assert msign(g, schedule="muon", normalize="frobenius", dtype=torch.bfloat16, batched=batched, out=out) is out
+    assert torch.equal(out, ref)
+    x = g.clone()
+    assert msign(x, schedule="muon", normalize="frobenius", dtype=torch.bfloat16, batched=batched, out=x) is x
+    assert torch.equal(x, ref)
+    nc = torch.full((*shape[:-2], shape[-1], shape[-2]), float("nan")).mT  # non-contiguous: computed, then copied
+    msign(g, schedule="muon", normalize="frobenius", dtype=torch.bfloat16, batched=batched, out=nc)
+    assert torch.equal(nc, ref)
+    x = g.clone()
+    assert torch.equal(msign(x, out=x), msign(g))  # the default route: computed, then copied into out
+
+
+def test_msign_out_is_checked():
+    g = torch.randn(8, 12)
+    with pytest.raises(TypeError, match="out must be a tensor of X's dtype"):
+        msign(g, out=torch.empty(8, 12, dtype=torch.float64))
+    with pytest.raises(TypeError, match="out must be a tensor"):
+        msign(g, out=[0.0])
+    with pytest.raises(ValueError, match="out must have X's shape"):
+        msign(g, out=torch.empty(12, 8))

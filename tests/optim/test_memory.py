@@ -39,9 +39,16 @@ def test_step_peak_extra_is_one_largest_parameter(name, kw):
     largest = max(p.numel() * p.element_size() for p in params)
     opt = getattr(O, name)(params, lr=1e-3, **kw)
     opt.step()  # states allocated here
+    opt.release_buffers()  # the work tensor kept between steps (on CPU) is allocated again in the step below
     peak = cpu_peak_extra_bytes(opt.step)
-    assert peak <= 1.05 * largest, (name, peak / largest)
+    # the work tensor (one buffer of the largest batch's size, kept) plus the largest temporaries of a batch
+    # (the soft clip's Gram matrices and blocks of a smaller batch: 1.066x here; 1.036x when each batch had
+    # its own work tensor)
+    assert peak <= 1.08 * largest, (name, peak / largest)
     assert peak >= largest  # the work copy of the largest parameter (sanity of the measurement)
+    # kept: the next step allocates the temporaries of its transforms again, not the work tensor (a CPU step
+    # page-faulted a fresh one in every time)
+    assert cpu_peak_extra_bytes(opt.step) <= peak - 0.95 * largest
 
 
 @pytest.mark.parametrize("name", ["AdamW", "SGD"])
@@ -66,8 +73,9 @@ def test_frank_wolfe_posts_peak_extra_is_one_largest_parameter(kw):
     largest = max(p.numel() * p.element_size() for p in params)
     opt = O.SpectraSignum(params, lr=1e-3, **kw)
     opt.step()
+    opt.release_buffers()
     peak = cpu_peak_extra_bytes(opt.step)
-    assert largest <= peak <= 1.1 * largest, peak / largest
+    assert largest <= peak <= 1.12 * largest, peak / largest  # 1.104x (the kept work tensor, see above)
 
 
 def test_default_batches_split_by_cost_and_update_matches_unbatched():
@@ -175,3 +183,23 @@ def test_cuda_keeps_small_same_shape_matrices_in_one_batch():
     assert all(n == 1 for n in counts.values()), batches  # every shape in one batch (2^26-element floor)
     opt.step()
     assert all(torch.isfinite(p).all() for p in params)
+
+
+@pytest.mark.parametrize("name", ["Muon", "SpectraSignum", "Lion"])
+def test_released_buffers_give_the_same_steps(name):
+    """The buffers kept between steps (the CPU work tensor of the batches, shared by batches of different
+    shapes) hold nothing a step reads: releasing them between steps, or giving the optimizer other batches
+    first, leaves the parameters bit for bit the same."""
+    params = _llama_params(2)[:12]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    a, b = getattr(O, name)(params, lr=1e-2), getattr(O, name)(twins, lr=1e-2)
+    for step in range(3):
+        for p, q in zip(params, twins):
+            p.grad = torch.randn_like(p) * (step + 1)
+            q.grad = p.grad.clone()
+        a.step()
+        b.step()
+        b.release_buffers()
+    assert a._scratch_bufs and not b._scratch_bufs
+    for p, q in zip(params, twins):
+        assert torch.equal(p, q)
