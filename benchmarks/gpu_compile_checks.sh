@@ -5,6 +5,8 @@
 #   bash benchmarks/gpu_compile_checks.sh 1   # GPU tests; compiled-vs-eager equality with the Newton-Schulz traced
 #   bash benchmarks/gpu_compile_checks.sh 2   # first-compile times; eager step against torch's foreach/fused
 #   bash benchmarks/gpu_compile_checks.sh 3   # the open items of the 2026-11-27 run (below)
+#   bash benchmarks/gpu_compile_checks.sh 4   # the GPU tests, then part 3 in order of need (run 2026-11-27, 22:37)
+#   bash benchmarks/gpu_compile_checks.sh 5   # first compiles with the multi-tensor moment updates (not yet run)
 #
 # Part 1: `pytest -m gpu tests/` (the compiled fused CUDA step with its float32 lr, the sync checks), then
 # study_compile_equal.py with --trace-post, with and without cuBLAS's reduced-precision bf16 reductions (is Muon's
@@ -16,6 +18,11 @@
 # Nesterov lerp)? SpectraAdEMAMix's and SpectraMARS's first compile between two torch AdamW ones, on an idle host,
 # with --phases (where each first compile went: tracing, AOT, lowering, fusion, Triton). First, on the idle host:
 # where the plain presets' eager step spends its host time against torch's (study_step_host.py).
+# Part 4: the GPU tests and part 3 in one command (~5 minutes on an H100). Part 5: since the moment updates of a
+# traced step are multi-tensor operations (bases.foreach_lerp_), the first compiles of SpectraAdEMAMix,
+# SpectraMARS, SpectraAdamW, AdEMAMix and MARS between two torch AdamW ones (part 4 measured SpectraAdEMAMix at
+# 2.15x torch AdamW's CPU seconds before), the GPU tests, and compiled-vs-eager equality of the presets whose
+# traced moment updates changed.
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_compile_checks}"
@@ -52,8 +59,27 @@ case "$part" in
     run compile_times_3 timeout 200 python benchmarks/bench_compile.py --device cuda --width 256 --budget 150 \
         --names "torch AdamW,SpectraAdEMAMix,SpectraMARS,torch AdamW" --phases
     ;;
+4)
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+    run gpu_tests timeout 90 python -m pytest -q -m gpu tests/ -p no:cacheprovider
+    run compile_times_3 timeout 170 python benchmarks/bench_compile.py --device cuda --width 256 --budget 140 \
+        --names "torch AdamW,SpectraAdEMAMix,SpectraMARS,torch AdamW" --phases
+    run fw_no_loop_ordering timeout 120 python benchmarks/bench_compile.py --device cuda --width 256 --budget 100 \
+        --names "SpectraSignum nuclear,SpectraSignum linf_fw" --inductor-config loop_ordering_after_fusion=False
+    run step_host timeout 40 python benchmarks/study_step_host.py --device cuda --width 256 --rounds 50
+    run compile_equal_muon timeout 100 python benchmarks/study_compile_equal.py --device cuda \
+        --names "torch Muon,Muon" --backends aot_eager,inductor
+    ;;
+5)
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+    run compile_times_5 timeout 200 python benchmarks/bench_compile.py --device cuda --width 256 --budget 170 \
+        --names "torch AdamW,SpectraAdEMAMix,SpectraMARS,SpectraAdamW,AdEMAMix,MARS,torch AdamW" --phases
+    run gpu_tests timeout 80 python -m pytest -q -m gpu tests/ -p no:cacheprovider
+    run compile_equal_5 timeout 100 python benchmarks/study_compile_equal.py --device cuda \
+        --names "SpectraAdamW,SpectraAdEMAMix,AdEMAMix,MARS,Lion,Signum" --backends aot_eager,inductor
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2|3" >&2
+    echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2|3|4|5" >&2
     exit 2
     ;;
 esac

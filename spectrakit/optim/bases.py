@@ -210,22 +210,37 @@ def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight,
 
     ``torch._foreach_lerp_(targets, ends, weight)`` would pick the ``Scalar`` overload and read ``weight`` on
     the host (a sync on CUDA); the ``List`` overload with one 0-d weight per tensor does not. While
-    ``torch.compile`` traces the step, per-tensor operations instead: inductor has no lowering for the ``List``
-    overload and calls it as an opaque kernel (a fusion barrier per tensor and call; measured: 2 such calls
-    per parameter of a traced AdamW step). With ``bound < 0.5``, ``t <- t + (e - t) weight`` as one
-    ``addcmul_`` (``lerp``'s formula for ``|weight| < 0.5``, fused multiply-add as the CPU kernel of ``lerp``:
-    the same bits on the CPU, tested; on CUDA ``lerp`` may round once less), two element-wise nodes per
-    tensor; otherwise ``lerp_`` (which inductor decomposes into both of ``lerp``'s formulas and a select).
+    ``torch.compile`` traces the step, inductor has no lowering for that ``List`` overload (an opaque kernel
+    per call: a fusion barrier), so: with ``bound < 0.5``, ``_foreach_addcmul_(t, _foreach_sub(e, t), weight)``,
+    i.e. ``t + (e - t) weight``, ``lerp``'s formula for ``|weight| < 0.5`` (the same bits as the eager ``lerp``
+    on the CPU, tested; on CUDA ``lerp`` may round once less). Multi-tensor operations throughout: on a GPU
+    inductor stores every output of a ``_foreach_*`` operation that a per-tensor operation reads, so the
+    per-tensor ``addcmul_`` used before gave ~2 stored buffers more per parameter and moment to schedule
+    (SpectraAdEMAMix at d = 256: 594 nodes into inductor's scheduler, 295 with this form). Otherwise a
+    per-tensor ``lerp_`` (which inductor decomposes into both of ``lerp``'s formulas and a select).
     """
     weights = weight if isinstance(weight, list) else [weight] * len(targets)
     if torch.compiler.is_compiling():
+        if bound < 0.5:
+            torch._foreach_addcmul_(targets, torch._foreach_sub(ends, targets), weights)
+            return
         for t, e, wt in zip(targets, ends, weights):
-            if bound < 0.5:
-                t.addcmul_(e - t, wt)
-            else:
-                t.lerp_(e, wt)
+            t.lerp_(e, wt)
         return
     torch._foreach_lerp_(targets, ends, weights)
+
+
+def foreach_select_(targets: list[torch.Tensor], ends: list[torch.Tensor], ok: torch.Tensor) -> None:
+    """``t <- e`` where the 0-d flag ``ok`` is 1 and ``t`` unchanged where it is 0, for every pair (finite
+    tensors): ``lerp(t, e, ok)``, exact at both ends. While ``torch.compile`` traces the step,
+    ``t (1 - ok) + e ok`` in multi-tensor operations (the same values for finite entries, up to the sign of a
+    zero): a per-tensor ``lerp_`` would make inductor store its ``_foreach_*`` inputs (see
+    :func:`foreach_lerp_`)."""
+    if torch.compiler.is_compiling():
+        torch._foreach_mul_(targets, 1 - ok)
+        torch._foreach_add_(targets, torch._foreach_mul(ends, ok))
+        return
+    torch._foreach_lerp_(targets, ends, [ok] * len(targets))
 
 
 def advance_steps(states: list[dict], ok: torch.Tensor, stacked: bool = True) -> torch.Tensor | None:
@@ -534,11 +549,14 @@ class AdEMAMix:
         foreach_lerp_(m1, u, w.weight(1 - b1, ok), 1 - b1)
         if group["alpha_warmup"] or group["beta3_warmup"]:
             alpha_t, b3_t = self.schedules(t, group)
-            foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)))
+            # b3_t stays within [b1, b3] when b1 <= b3 (the warm-up interpolates between them, then the clamp)
+            foreach_lerp_(m2, u, list(((1 - b3_t) * ok).unbind(0)), 1 - b1 if b1 <= b3 else 1.0)
         else:  # constant alpha and b3: one shared weight, a number (the schedules' values, the same roundings)
             alpha_t = float(group["alpha"])  # (multiplied in the work dtype: the value full_like rounds to)
+            # (1 - b3 as the bound: the float32 weight differs from it by an ulp of b3, far from lerp's 0.5)
             foreach_lerp_(m2, u, w.shared(("1-full", b3, t.dtype), ok,
-                                          lambda: (1 - torch.full((), b3, dtype=t.dtype, device=t.device)) * ok))
+                                          lambda: (1 - torch.full((), b3, dtype=t.dtype, device=t.device)) * ok),
+                          1 - b3)
         torch._foreach_mul_(u, u)
         foreach_lerp_(v, u, w.weight(1 - b2, ok), 1 - b2)
         torch._foreach_copy_(u, v)  # u <- 1 / (sqrt(v_hat) + eps)
@@ -579,7 +597,7 @@ class MARS:
         t = advance_steps(states, ok)
         last = [s["last_grad"] for s in states]
         diff = torch._foreach_sub(u, last)
-        foreach_lerp_(last, u, ok)  # g_prev <- g (unchanged on a skipped step)
+        foreach_select_(last, u, ok)  # g_prev <- g (unchanged on a skipped step)
         torch._foreach_add_(u, diff, alpha=group["gamma"] * b1 / (1 - b1))
         del diff
         w.mul_(1.0 / foreach_norms(u).clamp_min(1.0))

@@ -3,7 +3,8 @@ the multi-tensor one of CUDA, forced here on the CPU) the traced step runs the b
 ``torch._foreach_*`` calls over one work tensor per parameter, with no write into a view of a shared buffer
 (after functionalization each such write copies the whole buffer: ``select_scatter``/``slice_scatter`` nodes)
 and no ``_foreach_lerp`` with a list of tensor weights (inductor has no lowering for it: an opaque call per
-tensor); and it gives the eager step's numbers bit for bit with ``aot_eager`` (skipped steps included). On the
+tensor) nor a per-tensor moment update (on a GPU inductor would store the multi-tensor outputs it reads); and it
+gives the eager step's numbers bit for bit with ``aot_eager`` (skipped steps included). On the
 CPU's path the same graph shows how the traced step checks finiteness and reads its skip flag. Each configuration
 is traced once per module and read by every test that checks it.
 Inductor's compile time is measured by ``benchmarks/bench_compile.py`` (docs/BENCHMARKS.md, "Compile-first")."""
@@ -30,7 +31,7 @@ MATRICES = 3  # same-shape matrices: one batch
 SHAPES = [(16, 8)] * MATRICES + [(8, 16), (5,)]
 # a matrix fewer (still a batch of two, a wide matrix, a vector): the variants whose check does not count nodes
 FEWER = tuple(SHAPES[1:])
-PRESETS = ["SpectraAdamW", "SpectraSignum", "Muon", "Lion"]
+PRESETS = ["SpectraAdamW", "SpectraSignum", "Muon", "Lion", "SpectraAdEMAMix", "SpectraMARS"]
 # a full-size multi-tensor operation of the batch of matrices per step, per preset (at least): the per-tensor
 # form has none
 FOREACH_OPS = {"SpectraAdamW": 6, "SpectraSignum": 3, "Muon": 3, "Lion": 3}
@@ -143,6 +144,10 @@ def _structure(graph, name):
     scatters = {k: v for k, v in ops.items() if "scatter" in k}
     assert not scatters, f"writes into views of a shared buffer: {scatters}"
     assert not any("_foreach_lerp.List" in k for k in ops), "an opaque _foreach_lerp (List) in the graph"
+    # the moments' updates as multi-tensor operations: inductor stores (on a GPU) every output of a _foreach_*
+    # operation that a per-tensor operation reads, so a per-tensor addcmul or lerp there adds stored buffers
+    per_tensor = {k: v for k, v in ops.items() if k in ("aten.addcmul.default", "aten.lerp.Tensor")}
+    assert not per_tensor, f"per-tensor moment updates: {per_tensor}"
     if name in FOREACH_OPS:
         assert _full_size_foreach(graph, (16, 8)) >= FOREACH_OPS[name], dict(ops)
 
