@@ -205,3 +205,29 @@ def test_released_buffers_give_the_same_steps(name):
     assert a._scratch_bufs and not b._scratch_bufs
     for p, q in zip(params, twins):
         assert torch.equal(p, q)
+
+
+def test_traced_step_keeps_no_buffer():
+    """A step traced by ``torch.compile`` allocates its work tensor instead of taking the buffer kept across eager
+    CPU steps (a graph that read the optimizer's buffer would be guarded on it: a recompile at the second call,
+    and steps that differ from the eager ones). A pre-clip group, whose batches take the stacked work tensor when
+    traced too; ``aot_eager``, no recompile allowed, the eager twin's parameters bit for bit."""
+    import torch._dynamo as dynamo
+
+    g = torch.Generator().manual_seed(3)
+    params = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in [(8, 6), (8, 6), (6,)]]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    kw = dict(lr=1e-2, pre="soft_clip", pre_c=0.5)
+    a, b = O.SpectraAdamW(params, **kw), O.SpectraAdamW(twins, **kw)
+    dynamo.reset()
+    step = torch.compile(a.step, backend="aot_eager")
+    with dynamo.config.patch(error_on_recompile=True):
+        for i in range(3):
+            for p, q in zip(params, twins):
+                p.grad = torch.randn(p.shape, generator=g) * (i + 1)
+                q.grad = p.grad.clone()
+            step()
+            b.step()
+    dynamo.reset()
+    for p, q in zip(params, twins):
+        assert torch.equal(p, q)
