@@ -1000,11 +1000,9 @@ class Spectra(torch.optim.Optimizer):
                 sizes = [p.numel() for p in params]
                 # a larger group on a CPU: a slice of one buffer kept across steps (the largest batch's size, per
                 # dtype; batches run one at a time): a CPU allocator returns a freed tensor of several MiB to the
-                # system, so each step page-faulted a fresh one in again (~1000 faults a step for Muon at d = 512);
-                # not in a traced step (no buffer kept on the optimizer inside a graph: a guard on it, a recompile)
-                keep = works is None and dev.type == "cpu" and not torch.compiler.is_compiling()
-                flat = (self._scratch(sum(sizes), wdt, dev, "work")[: sum(sizes)] if keep
-                        else torch.empty(sum(sizes), dtype=wdt, device=dev))
+                # system, so each step page-faulted a fresh one in again (~1000 faults a step for Muon at d = 512)
+                flat = (self._scratch(sum(sizes), wdt, dev, "work")[: sum(sizes)]
+                        if works is None and dev.type == "cpu" else torch.empty(sum(sizes), dtype=wdt, device=dev))
                 if kind == "matrix":
                     buf = flat.view(len(params), *shape)
                     views = [v.view(p.shape) for v, p in zip(buf.unbind(0), params)]
@@ -1131,7 +1129,10 @@ class Spectra(torch.optim.Optimizer):
         ``slot``, dtype and device: ``"tmp"``, the temporaries of the per-tensor bodies (:meth:`Work.scratch`,
         Lion's interpolation; at most one parameter's size), and ``"work"``, the work tensor of a CPU step's
         batches (at most the largest batch: the peak the step needs anyway). Allocating them afresh each step
-        costs page faults on CPU."""
+        costs page faults on CPU. While ``torch.compile`` traces the step, a fresh tensor instead: a graph that read
+        a buffer kept on the optimizer would be guarded on it (a recompile at the next call)."""
+        if torch.compiler.is_compiling():
+            return torch.empty(numel, dtype=dtype, device=device)
         cache = self._scratch_bufs
         key = (slot, dtype, str(device))
         buf = cache.get(key)
