@@ -172,40 +172,34 @@ def _orthogonalize(U, c, steps=None, dtype=None):
         return _linalg().orthogonalize(U, steps=steps, dtype=dtype)
 
 
-def _newton_schulz5(U, c, steps=None, dtype=None):
+def _newton_schulz5(U, c, steps=None, dtype=None, *, batched=None, out=None):
     """Muon's Newton-Schulz as published: Frobenius-normalised start, 5 quintic steps, bit-identical to
-    ``torch.optim.Muon``'s ``_zeropower_via_newtonschulz`` (``linalg.msign(normalize="frobenius")``)."""
+    ``torch.optim.Muon``'s ``_zeropower_via_newtonschulz`` (``linalg.msign(normalize="frobenius")``);
+    ``batched``/``out`` as in ``msign``."""
     with no_value_checks():
-        return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius")
+        return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius",
+                               batched=batched, out=out)
 
 
-def _newton_schulz5_inplace(U, c, steps=None, dtype=None):
-    """:func:`_newton_schulz5` written into ``U`` (``msign(..., out=U)``): the same bits, and no full-size
-    output allocated per step."""
-    with no_value_checks():
-        return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius", out=U)
-
-
-_newton_schulz5.inplace = _newton_schulz5_inplace
-
-
-def _newton_schulz5_batched(U, c, steps=None, dtype=None):
+def _newton_schulz5_batched(U, c, steps=None, dtype=None, *, out=None):
     """:func:`_newton_schulz5` with one batched product per step and product for the whole stack on every
     device (``linalg.msign(..., batched=True)``): the per-matrix arithmetic of Muon, in 15 ``bmm``/``baddbmm``
     calls per stack instead of 15 per matrix (the CPU default is per matrix, torch's own calls)."""
-    with no_value_checks():
-        return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius",
-                               batched=True)
+    return _newton_schulz5(U, c, steps, dtype, batched=True, out=out)
 
 
-def _newton_schulz5_batched_inplace(U, c, steps=None, dtype=None):
-    """:func:`_newton_schulz5_batched` written into ``U``."""
-    with no_value_checks():
-        return _linalg().msign(U, schedule="muon", steps=steps or 5, dtype=dtype, normalize="frobenius",
-                               batched=True, out=U)
+def _into_input(fn):
+    """``fn`` written into its input ``U`` (``msign(..., out=U)``): the same bits, and no full-size output
+    allocated per step."""
+
+    def inplace(U, c, steps=None, dtype=None):
+        return fn(U, c, steps, dtype, out=U)
+
+    return inplace
 
 
-_newton_schulz5_batched.inplace = _newton_schulz5_batched_inplace
+_newton_schulz5.inplace = _into_input(_newton_schulz5)
+_newton_schulz5_batched.inplace = _into_input(_newton_schulz5_batched)
 
 
 def _newton_schulz5_spectral(U, c, steps=None, dtype=None):
