@@ -769,7 +769,7 @@ def _run(args: argparse.Namespace) -> int:
         raise
     except interrupt.Interrupted as e:
         where = f"checkpoint {e.checkpoint}" if e.checkpoint else "no checkpoint (no --out)"
-        print(f"interrupted at step {e.step} ({where}); resume with: {_resume_command(args)}", file=sys.stderr)
+        interrupt.report_stop(f"interrupted at step {e.step} ({where}); resume with: {_resume_command(args)}")
         return e.exit_code
     info = setup(cfg["device"])  # already initialised by compare(); under torchrun only rank 0 reports
     if not info.is_main:

@@ -497,7 +497,7 @@ def _run(args: argparse.Namespace, t0: float, lrs, cs, shard, opts: dict) -> int
         raise
     except interrupt.Interrupted as e:
         where = f"checkpoint {e.checkpoint}" if e.checkpoint else "no checkpoint"
-        print(f"interrupted at step {e.step} ({where}); continue with: {_again_command(args)}", file=sys.stderr)
+        interrupt.report_stop(f"interrupted at step {e.step} ({where}); continue with: {_again_command(args)}")
         return e.exit_code
     paths = plot(result, args.out)
     command = invocation("sweep", "")

@@ -116,6 +116,15 @@ def ignore_signals() -> None:
         signal.signal(s, signal.SIG_IGN)
 
 
+def report_stop(line: str) -> None:
+    """Print ``line``, the one line of a command whose training loop stopped at a signal (where it stopped, how
+    to go on), on stderr. Under a command line (:func:`install_exit_handlers`) further signals are ignored
+    from here on: the command is ending, and a late Ctrl-C must not add a second line."""
+    if _exit_on_second:
+        ignore_signals()
+    print(line, file=sys.stderr)
+
+
 class Interrupted(Exception):
     """Training stopped at ``step`` by signal ``signum``; ``checkpoint`` is the step directory written (or
     None when the run has no checkpoint folder)."""
