@@ -1,23 +1,26 @@
 """First ``torch.compile`` (inductor) of ``opt.step``: compile time, recompiles, compiled and eager step.
 
 Usage: ``python benchmarks/bench_compile.py [--device cuda] [--width 256] [--budget 300] [--names A,B]
-[--rounds N] [--multi-tensor] [--inductor-config KEY=VALUE ...] [--phases]``
+[--rounds N] [--multi-tensor] [--polar-lmo] [--inductor-config KEY=VALUE ...] [--phases]``
 
 Each optimizer (torch AdamW foreach, SpectraAdamW, SpectraSignum, Muon, torch.optim.Muon) runs in a fresh
 process with an empty inductor cache (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder), on the 2-layer LLaMA
 parameter set of ``bench_optim.width_shapes(width)`` (the Muons on its matrices: ``torch.optim.Muon`` takes
 matrices only); one line each: the first call's time (the compile), the second call's, ``unique_graphs`` after
-the first call and after calls 2-4 (a recompile if it grew), and the median of 20 compiled and 20 eager steps
-(CUDA-synchronised on a GPU), the first call's CPU seconds (this process and its compiler subprocesses: less
-sensitive to a shared machine's load than the wall time), inductor's generated kernel count
-(``torch._inductor.metrics.generated_kernel_count``) and the nodes of the traced graph. ``--names`` picks some of
+the first call and after calls 2-4 (a recompile if it grew), and the medians of 20 compiled and 20 eager steps
+in interleaved rounds (CUDA-synchronised on a GPU) with the host's minor page faults per step (medians; a CPU
+allocator that returns freed blocks to the system page-faults the next step's tensors in), the first call's CPU
+seconds (this process and its compiler subprocesses: less sensitive to a shared machine's load than the wall
+time), inductor's generated kernel count (``torch._inductor.metrics.generated_kernel_count``) and the nodes of
+the traced graph. ``--names`` picks some of
 the optimizers (comma-separated, e.g. ``"torch AdamW,SpectraAdamW"``; every preset, and the nuclear
 Frank-Wolfe, ``linf_fw`` and hard-clip posts as ``"SpectraSignum nuclear"`` etc.: ``--help`` lists them;
 ``"SpectraAdamW flag copies"``: every batch of the traced step reads its own copy of the skip flag, the CPU's
 form, on any device);
 ``--rounds N`` runs that list N times (name torch AdamW between the others to alternate) and ends with each
 optimizer's median CPU seconds and its ratio to torch AdamW's; ``--multi-tensor`` makes the spectrakit
-optimizers take the multi-tensor code path (CUDA's) on the CPU as well, to study it there;
+optimizers take the multi-tensor code path (CUDA's) on the CPU as well, to study it there, and ``--polar-lmo``
+the Frank-Wolfe posts their polar route (CUDA's; on the CPU they take the float64 Gram route);
 ``--inductor-config loop_ordering_after_fusion=False`` sets that ``torch._inductor.config`` entry in every
 optimizer's process (a Python literal; repeat the option for more); ``--phases`` also prints where each first
 compile went (the wall seconds of torch's timed compile stages, ``torch._dynamo.utils.compilation_time_metrics``:
@@ -28,6 +31,7 @@ docs/BENCHMARKS.md ("Compile-first", "H100 results").
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -81,7 +85,7 @@ def inductor_setting(text: str) -> tuple[str, object]:
         raise ValueError(f"--inductor-config {text!r}: the value must be a Python literal (True, 64, 'x')") from None
 
 
-def one(name, device, width, multi_tensor=False, settings=(), phases=False):
+def one(name, device, width, multi_tensor=False, settings=(), phases=False, polar_lmo=False):
     import torch
     import torch._inductor.config as config
     import torch._inductor.metrics as metrics
@@ -96,6 +100,10 @@ def one(name, device, width, multi_tensor=False, settings=(), phases=False):
         if name in FLAG_COPIES:  # every batch reads its own copy of the skip flag, on any device
             Spectra._flag_copies = staticmethod(lambda device: True)
 
+    if polar_lmo:  # the Frank-Wolfe posts take the polar route (CUDA's default) on the CPU too
+        import spectrakit.linalg.lmo as lmo
+
+        lmo.GRAM_DEVICE_TYPES = ()
     for text in settings:
         setattr(config, *inductor_setting(text))
     sys.path.insert(0, ROOT)
@@ -151,23 +159,27 @@ def one(name, device, width, multi_tensor=False, settings=(), phases=False):
     sync()
     g4 = counters["stats"]["unique_graphs"]
 
-    def med(fn):
+    def timed(fn):  # (ms, the host's minor page faults during the call)
+        f, t = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
         fn()
         sync()
-        xs = []
-        for _ in range(20):
-            t = time.perf_counter()
-            fn()
-            sync()
-            xs.append((time.perf_counter() - t) * 1e3)
-        return statistics.median(xs)
+        return (time.perf_counter() - t) * 1e3, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f
 
-    ce, ee = med(step), med(ref.step)
+    ref.step()  # the eager optimizer's warm-up call (the compiled one has had four)
+    sync()
+    xs = {"compiled": [], "eager": []}
+    for r in range(20):  # interleaved rounds, the order alternating: a drift of the machine hits both alike
+        pair = (("compiled", step), ("eager", ref.step))
+        for key, fn in pair if r % 2 == 0 else pair[::-1]:
+            xs[key].append(timed(fn))
+    ce, ee = (statistics.median(t for t, _ in xs[k]) for k in ("compiled", "eager"))
+    cf, ef = (statistics.median(f for _, f in xs[k]) for k in ("compiled", "eager"))
     print(f"{name:14s} device {device} d={width}{' multi-tensor' if multi_tensor else ''}: first compile "
           f"{first:.1f} s (CPU {cpu:.1f} s, {kernels} kernels, {'+'.join(map(str, nodes))} graph nodes), "
           f"{breaks} graph breaks, 2nd call {second:.3f} s, "
           f"unique_graphs {g1} after call 1, {g4} after calls 2-4 ({'recompiled' if g4 > g1 else 'no recompile'}), "
-          f"compiled {ce:.3f} ms, eager {ee:.3f} ms, compiled/eager {ce / ee:.2f}", flush=True)
+          f"compiled {ce:.3f} ms, eager {ee:.3f} ms (medians of 20 interleaved rounds), compiled/eager {ce / ee:.2f}, "
+          f"page faults per step {cf:.0f} compiled, {ef:.0f} eager", flush=True)
 
 
 def main():
@@ -180,6 +192,9 @@ def main():
                     help="run the --names list this many times (list torch AdamW between the others to alternate)")
     ap.add_argument("--multi-tensor", action="store_true",
                     help="spectrakit optimizers take the multi-tensor (CUDA) code path on the CPU too")
+    ap.add_argument("--polar-lmo", action="store_true",
+                    help="the Frank-Wolfe posts take their polar route (CUDA's default) on the CPU too, not the "
+                         "float64 Gram route")
     ap.add_argument("--inductor-config", action="append", default=[], metavar="KEY=VALUE",
                     help="set torch._inductor.config.KEY = VALUE (a Python literal) in each optimizer's process, e.g. "
                          "loop_ordering_after_fusion=False; repeatable")
@@ -200,7 +215,7 @@ def main():
     if a.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {a.rounds}")
     if a.one:
-        one(a.one, a.device, a.width, a.multi_tensor, a.inductor_config, a.phases)
+        one(a.one, a.device, a.width, a.multi_tensor, a.inductor_config, a.phases, a.polar_lmo)
         return
     import torch
 
@@ -226,6 +241,7 @@ def main():
             left = max(10.0, a.budget + 50 - (time.time() - start))
             cmd = [sys.executable, __file__, "--one", name, "--device", a.device, "--width", str(a.width)]
             cmd += ["--multi-tensor"] if a.multi_tensor else []
+            cmd += ["--polar-lmo"] if a.polar_lmo else []
             cmd += [f"--inductor-config={text}" for text in a.inductor_config]
             cmd += ["--phases"] if a.phases else []
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=left)

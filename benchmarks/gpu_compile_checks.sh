@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_compile_checks.sh 3   # the open items of the 2026-11-27 run (below)
 #   bash benchmarks/gpu_compile_checks.sh 4   # the GPU tests, then part 3 in order of need (run 2026-11-27, 22:37)
 #   bash benchmarks/gpu_compile_checks.sh 5   # first compiles with the multi-tensor moment updates (not yet run)
+#   bash benchmarks/gpu_compile_checks.sh 6   # part 5, then the posts' compiled step timed in interleaved rounds
 #
 # Part 1: `pytest -m gpu tests/` (the compiled fused CUDA step with its float32 lr, the sync checks), then
 # study_compile_equal.py with --trace-post, with and without cuBLAS's reduced-precision bf16 reductions (is Muon's
@@ -23,6 +24,10 @@
 # SpectraMARS, SpectraAdamW, AdEMAMix and MARS between two torch AdamW ones (part 4 measured SpectraAdEMAMix at
 # 2.15x torch AdamW's CPU seconds before), the GPU tests, and compiled-vs-eager equality of the presets whose
 # traced moment updates changed.
+# Part 6 (~7 minutes): part 5, then the compiled-against-eager step of the nuclear Frank-Wolfe, linf_fw and
+# hard-clip posts again, now timed in interleaved rounds (part 4 timed 20 compiled steps, then 20 eager ones:
+# the nuclear post 1.42x, the hard clip 1.17x; on a CPU, on CUDA's code path and the posts' polar route,
+# interleaved rounds give 0.96-1.05x).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_compile_checks}"
@@ -78,8 +83,14 @@ case "$part" in
     run compile_equal_5 timeout 100 python benchmarks/study_compile_equal.py --device cuda \
         --names "SpectraAdamW,SpectraAdEMAMix,AdEMAMix,MARS,Lion,Signum" --backends aot_eager,inductor
     ;;
+6)
+    bash "$0" 5
+    run posts_interleaved timeout 170 python benchmarks/bench_compile.py --device cuda --width 256 --budget 120 \
+        --names "SpectraSignum nuclear,SpectraSignum linf_fw,SpectraAdamW hardcap" \
+        --inductor-config loop_ordering_after_fusion=False
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2|3|4|5" >&2
+    echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2|3|4|5|6" >&2
     exit 2
     ;;
 esac
