@@ -7,21 +7,25 @@ Frank-Wolfe posts, §3.1) unrolls into every iteration's matmuls and element-wis
 (shape, dtype) batch, and inductor generates and compiles code for each: the first compile of
 ``SpectraAdamW`` took 7.7x torch AdamW's on a CPU, 8.7x on an H100, and a matmul-bound iteration gains
 nothing from the generated code. Under ``torch.compile`` the optimizer therefore calls the transforms of a
-param group's matrix batches as one operator, ``torch.ops.spectrakit.post_transform(Us, name, c, steps,
+param group's matrix batches as one operator, ``torch.ops.spectrakit.post_transform_(Us, name, c, steps,
 dtype, regularizer, b, p)`` (``Us``: the list of batches), defined with :class:`torch.library.Library` (as
-:mod:`spectrakit.optim.fused`): functional (the batches are read, new tensors returned), its kernel the eager
-function itself (the in-place variant ``fn.inplace`` on a contiguous copy of each batch, the call the eager step
-makes on its contiguous work tensor), so that the compiled step gives the eager numbers bit for bit; its fake
-kernel returns empty tensors of the batches' shapes and dtypes. The traced step makes every batch's direction
-first, then this one call, then every batch's update (``Spectra._step_group``): each operator call is a
-fusion barrier, and each stretch of element-wise code between two barriers one more generated kernel to
-compile (on a CPU, one compiler run each). The price: the work tensors of all the group's matrix batches are
-alive at once in the compiled step (one copy of the group's matrices), where the eager step holds one batch's.
+:mod:`spectrakit.optim.fused`): it overwrites each batch with its transform (``Tensor(a!)[]``), its kernel the
+eager function itself (the in-place variant ``fn.inplace`` on the batch, the call the eager step makes on its
+contiguous work tensor; a non-contiguous batch through a contiguous copy), so that the compiled step gives the
+eager numbers bit for bit; its fake kernel computes nothing. Functionalization turns the call into one on copies
+of the batches, and inductor's re-inplacing removes those copies where a batch is not read afterwards (the
+traced step's stacked directions are not): no second copy of the group's matrices (an operator returning new
+tensors held the inputs and its outputs at once, and the compiled step page-faulted both in on a CPU). The traced
+step makes every batch's direction first, then this one call, then every batch's update
+(``Spectra._step_group``): each operator call is a fusion barrier, and each stretch of element-wise code between
+two barriers one more generated kernel to compile (on a CPU, one compiler run each). The price: the work tensors
+of all the group's matrix batches are alive at once in the compiled step (one copy of the group's matrices),
+where the eager step holds one batch's.
 
 The arguments are those of a transform call: ``c`` a Python float (the clip threshold, constant without a
 step-dependent clip schedule), ``steps`` and ``dtype`` fixed per group, ``regularizer``/``b``/``p`` the group's
 Frank-Wolfe options (ignored by the other transforms). During a clip schedule's warm-up or decay the threshold
-``c_k`` changes every step: the overload ``post_transform.scheduled`` takes it as a 0-d float64 CPU tensor
+``c_k`` changes every step: the overload ``post_transform_.scheduled`` takes it as a 0-d float64 CPU tensor
 (read by the kernel, which runs eagerly: no graph break, no recompile), made by a second operator,
 ``torch.ops.spectrakit.clip_threshold(steps_taken, lr, ...)``, whose kernel evaluates
 :func:`~spectrakit.optim.schedules.clip_threshold` on the group's step counter (a 0-d int64 CPU tensor) and
@@ -64,34 +68,32 @@ def _alias(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.numel() > 0
 
 
-def _one(U: torch.Tensor, name: str, c: float, steps: int | None, dtype: torch.dtype | None,
-         kwargs: dict) -> torch.Tensor:
+def _one_(U: torch.Tensor, name: str, c: float, steps: int | None, dtype: torch.dtype | None,
+          kwargs: dict) -> None:
+    """Overwrite the batch ``U`` with its transform, by the eager step's own call: the in-place variant
+    ``fn.inplace`` where one exists, on ``U`` itself when it is contiguous (the eager step's work tensor is), else
+    on a contiguous copy written back."""
     fn = POST_TRANSFORMS[name] if c != math.inf else None  # c = inf: no clip (as the eager step)
-    inplace = getattr(fn, "inplace", None)
-    if inplace is not None:  # the optimizer's eager call, on a copy of its contiguous work tensor
-        return inplace(U.clone(memory_format=torch.contiguous_format), c, steps, dtype, **kwargs)
-    out = U.clone() if fn is None else fn(U, c, steps, dtype, **kwargs)
-    if _alias(out, U):  # an operator's output must not alias its input
-        out = out.clone(memory_format=torch.contiguous_format)
-    return out.contiguous()  # the strides the fake kernel gives (a tall-transposed result is a transposed view)
+    if fn is None:
+        return
+    x = U if U.is_contiguous() else U.contiguous()
+    out = getattr(fn, "inplace", fn)(x, c, steps, dtype, **kwargs)
+    if out is not U:  # a new tensor, the contiguous copy, or a view of U (copied first: no overlapping copy)
+        U.copy_(out.clone() if out is not x and _alias(out, U) else out)
 
 
-def _post_transform(U: list[torch.Tensor], name: str, c: float, steps: int | None, dtype: torch.dtype | None,
-                    regularizer: str, b: float, p: float | None) -> list[torch.Tensor]:
-    """The kernel: transform ``name`` of each batch of ``U`` into a new tensor (``U`` unchanged)."""
+def _post_transform_(U: list[torch.Tensor], name: str, c: float, steps: int | None, dtype: torch.dtype | None,
+                     regularizer: str, b: float, p: float | None) -> None:
+    """The kernel: each batch of ``U`` overwritten with its transform ``name``."""
     kwargs = {"regularizer": regularizer, "b": b, "p": p} if name in LMO_POSTS else {}
-    return [_one(u, name, c, steps, dtype, kwargs) for u in U]
+    for u in U:
+        _one_(u, name, c, steps, dtype, kwargs)
 
 
-def _post_transform_scheduled(U: list[torch.Tensor], name: str, c: torch.Tensor, steps: int | None,
-                              dtype: torch.dtype | None, regularizer: str, b: float,
-                              p: float | None) -> list[torch.Tensor]:
+def _post_transform_scheduled_(U: list[torch.Tensor], name: str, c: torch.Tensor, steps: int | None,
+                               dtype: torch.dtype | None, regularizer: str, b: float, p: float | None) -> None:
     """The kernel with the threshold as a 0-d CPU tensor (read on the host: no device sync)."""
-    return _post_transform(U, name, float(c), steps, dtype, regularizer, b, p)
-
-
-def _fake(U, name, c, steps, dtype, regularizer, b, p):
-    return [torch.empty_like(u, memory_format=torch.contiguous_format) for u in U]
+    _post_transform_(U, name, float(c), steps, dtype, regularizer, b, p)
 
 
 def _threshold(steps_taken: torch.Tensor, lr: torch.Tensor, c: float, peak_lr: float, warmup_steps: int, warmup: str,
@@ -208,20 +210,20 @@ _LIB.define("count_step_(Tensor(a!) counter) -> ()")
 _LIB.impl("count_step_", count_step, "CompositeExplicitAutograd")
 torch.library.register_fake("spectrakit::count_step_", lambda counter: None, lib=_LIB)
 count_step_op = torch.ops.spectrakit.count_step_.default
-_ARGS = "int? steps, ScalarType? dtype, str regularizer, float b, float? p) -> Tensor[]"
-_LIB.define(f"post_transform(Tensor[] U, str name, float c, {_ARGS}")
-_LIB.define(f"post_transform.scheduled(Tensor[] U, str name, Tensor c, {_ARGS}")
-_LIB.impl("post_transform", _post_transform, "CompositeExplicitAutograd")
-_LIB.impl("post_transform.scheduled", _post_transform_scheduled, "CompositeExplicitAutograd")
-torch.library.register_fake("spectrakit::post_transform", _fake, lib=_LIB)
-torch.library.register_fake("spectrakit::post_transform.scheduled", _fake, lib=_LIB)
+_ARGS = "int? steps, ScalarType? dtype, str regularizer, float b, float? p) -> ()"
+_LIB.define(f"post_transform_(Tensor(a!)[] U, str name, float c, {_ARGS}")
+_LIB.define(f"post_transform_.scheduled(Tensor(a!)[] U, str name, Tensor c, {_ARGS}")
+_LIB.impl("post_transform_", _post_transform_, "CompositeExplicitAutograd")
+_LIB.impl("post_transform_.scheduled", _post_transform_scheduled_, "CompositeExplicitAutograd")
+torch.library.register_fake("spectrakit::post_transform_", lambda U, *args: None, lib=_LIB)
+torch.library.register_fake("spectrakit::post_transform_.scheduled", lambda U, *args: None, lib=_LIB)
 _LIB.define("clip_threshold(Tensor steps_taken, Tensor lr, float c, float peak_lr, "
             "int warmup_steps, str warmup, str? decay, float decay_start, int? total_steps, float final_scale) "
             "-> Tensor")
 _LIB.impl("clip_threshold", _threshold, "CompositeExplicitAutograd")
 torch.library.register_fake("spectrakit::clip_threshold", _threshold_fake, lib=_LIB)
-post_transform_op = torch.ops.spectrakit.post_transform.default
-scheduled_post_transform_op = torch.ops.spectrakit.post_transform.scheduled
+post_transform_op = torch.ops.spectrakit.post_transform_.default
+scheduled_post_transform_op = torch.ops.spectrakit.post_transform_.scheduled
 clip_threshold_op = torch.ops.spectrakit.clip_threshold.default
 
 
@@ -262,11 +264,10 @@ def _same_c(a, b) -> bool:
 
 def traced_transforms(batches: list[dict]) -> list[torch.Tensor]:
     """The transforms of ``batches`` (the dicts of ``Spectra._post_transform_groups``: ``U``, ``post``, ``c``,
-    ``steps``, ``dtype``, ``post_kwargs``) as calls of ``torch.ops.spectrakit.post_transform``, one per run of
-    consecutive batches with the same transform and arguments (for a step traced by ``torch.compile``); an
-    identity (``post="none"``) returns ``U`` itself, as the eager hook. A tensor ``c`` (a scheduled threshold,
-    :func:`traced_threshold`) goes to the ``scheduled`` overload."""
-    out: list[torch.Tensor] = []
+    ``steps``, ``dtype``, ``post_kwargs``) as calls of ``torch.ops.spectrakit.post_transform_``, one per run of
+    consecutive batches with the same transform and arguments (for a step traced by ``torch.compile``), each
+    overwriting its batches; returns the batches ``U`` themselves (an identity, ``post="none"``, calls nothing).
+    A tensor ``c`` (a scheduled threshold, :func:`traced_threshold`) goes to the ``scheduled`` overload."""
     i = 0
     while i < len(batches):
         key, c = _key(batches[i]), batches[i]["c"]
@@ -275,10 +276,10 @@ def traced_transforms(batches: list[dict]) -> list[torch.Tensor]:
             j += 1
         Us = [b["U"] for b in batches[i:j]]
         if POST_TRANSFORMS[key[0]] is None:
-            out.extend(Us)
+            pass
         elif isinstance(c, torch.Tensor):
-            out.extend(scheduled_post_transform_op(Us, key[0], c, *key[1:]))
+            scheduled_post_transform_op(Us, key[0], c, *key[1:])
         else:
-            out.extend(post_transform_op(Us, key[0], float(c), *key[1:]))
+            post_transform_op(Us, key[0], float(c), *key[1:])
         i = j
-    return out
+    return [b["U"] for b in batches]

@@ -339,7 +339,7 @@ def test_compiled_fused_step_with_a_tensor_lr(name):
 
 # --- the matrix transforms as one opaque operator call per batch (spectrakit.optim.opaque) ---------------------
 
-_OP = torch.ops.spectrakit.post_transform.default
+_OP = torch.ops.spectrakit.post_transform_.default
 _MATMULS = {torch.matmul, torch.mm, torch.bmm, torch.baddbmm, torch.addmm, torch.addbmm, torch.linalg.svd,
             torch.linalg.eigh, torch.Tensor.matmul, torch.Tensor.mm, torch.Tensor.bmm, torch.Tensor.baddbmm_}
 # (optimizer, options, operator calls per traced step): the post-transforms of a group's matrix batches are one
@@ -362,7 +362,7 @@ _SOAK_CASES = ("SpectraSignum", "linf_fw", "hardcap", "pre-clip")
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.soak) if c in _SOAK_CASES else c
                                   for c in TRACED_TRANSFORMS])
 def test_traced_matrix_transforms_are_one_operator_call(case):
-    """A traced SPECTRA / Frank-Wolfe / Muon step calls ``spectrakit::post_transform`` once for the matrix
+    """A traced SPECTRA / Frank-Wolfe / Muon step calls ``spectrakit::post_transform_`` once for the matrix
     batches of the group (the pre-clip: once per batch) and traces none of the transform's matmuls; with
     ``aot_eager`` it equals the eager step bit for bit over 3 steps (one with a nan gradient: skipped), in one
     graph without recompiles, traced before its first step."""
@@ -400,32 +400,49 @@ def test_traced_tensor_lr_changes_without_recompile_through_the_operator():
                                      ("global_clip", {}), ("newton_schulz5", {}), ("linf_fw", dict(b=0.5)),
                                      ("spectral_lmo", dict(regularizer="nuclear", b=0.1, p=None))])
 def test_operator_kernel_is_the_eager_transform(name, kw):
-    """The operator's kernel returns the eager transform of each batch of its list bit for bit (in-place variant on
-    a copy), leaves its input unchanged and never returns it (no alias); its fake kernel gives the shape and dtype
-    without computing."""
+    """The operator's kernel overwrites each batch of its list with the eager transform bit for bit (the in-place
+    variant where one exists, as the eager step calls it), also a non-contiguous (transposed) batch and one whose
+    transform is a view of it; its fake kernel computes nothing and leaves the fake batches as they are."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from spectrakit.optim.transforms import POST_TRANSFORMS
 
     gen = torch.Generator().manual_seed(7)
     U = torch.randn(3, 9, 5, generator=gen) * 4
-    before = U.clone()
     U2 = torch.randn(2, 4, 6, generator=gen)
-    got = _OP([U, U2], name, 2.0, None, None, kw.get("regularizer", "frobenius"), kw.get("b", 1.0), kw.get("p"))
     fn = POST_TRANSFORMS[name]
     fn = getattr(fn, "inplace", fn)
-    assert len(got) == 2 and torch.equal(got[1], fn(U2.clone(), 2.0, None, None, **kw))
-    got = got[0]
-    assert torch.equal(got, fn(U.clone(), 2.0, None, None, **kw)) and got.shape == U.shape and got.dtype == U.dtype
-    assert torch.equal(U, before) and got.untyped_storage().data_ptr() != U.untyped_storage().data_ptr()
-    V = U.double().mT
+    want, want2 = fn(U.clone(), 2.0, None, None, **kw), fn(U2.clone(), 2.0, None, None, **kw)
+    args = (kw.get("regularizer", "frobenius"), kw.get("b", 1.0), kw.get("p"))
+    ptr = U.untyped_storage().data_ptr()
+    assert _OP([U, U2], name, 2.0, None, None, *args) is None
+    assert torch.equal(U, want) and torch.equal(U2, want2) and U.untyped_storage().data_ptr() == ptr
+    V = torch.randn(3, 5, 9, generator=gen, dtype=torch.float64).mT  # a transposed (non-contiguous) batch
+    want = fn(V.contiguous(), 2.0, 3, None, **kw)
+    _OP([V], name, 2.0, 3, None, *args)
+    assert torch.equal(V, want) and not V.is_contiguous()
     with FakeTensorMode() as mode:
-        fake = _OP([mode.from_tensor(V)], name, 2.0, 3, torch.bfloat16, "frobenius", 1.0, None)
-    assert len(fake) == 1 and fake[0].shape == (3, 5, 9) and fake[0].dtype == torch.float64
-    # the real kernel's strides are the fake kernel's (contiguous), also for wide and transposed batches, whose
-    # Newton-Schulz result is a transposed view (inductor asserts the strides on CUDA)
-    real = _OP([V, U2, U2.mT], name, 2.0, 3, None, kw.get("regularizer", "frobenius"), kw.get("b", 1.0), kw.get("p"))
-    assert all(r.is_contiguous() for r in real) and real[0].stride() == fake[0].stride()
+        fake = mode.from_tensor(V)
+        assert _OP([fake], name, 2.0, 3, torch.bfloat16, "frobenius", 1.0, None) is None
+    assert fake.shape == (3, 9, 5) and fake.dtype == torch.float64
+
+
+def test_operator_kernel_copies_a_view_result_before_writing():
+    """A transform that returns a view of its input (no in-place variant) is copied before the batch is
+    overwritten: the batch gets the transform, not a half-overwritten mix."""
+    from spectrakit.optim import transforms
+
+    def transposed_view(U, c, steps=None, dtype=None, **_):  # U (B, n, n) -> its transpose, a view
+        return U.mT
+
+    transforms.POST_TRANSFORMS["_test_view"] = transposed_view
+    try:
+        U = torch.arange(2 * 4 * 4, dtype=torch.float32).view(2, 4, 4)
+        want = U.mT.clone()
+        _OP([U], "_test_view", 1.0, None, None, "frobenius", 1.0, None)
+        assert torch.equal(U, want)
+    finally:
+        del transforms.POST_TRANSFORMS["_test_view"]
 
 
 @pytest.mark.soak
@@ -450,7 +467,7 @@ def test_scheduled_c_reaches_the_operator_without_recompiles():
         step()
         ref.step()
         graphs.append(counters["stats"]["unique_graphs"])
-    assert torch.ops.spectrakit.post_transform.scheduled in targets and graphs == [1] * 5, graphs
+    assert torch.ops.spectrakit.post_transform_.scheduled in targets and graphs == [1] * 5, graphs
     assert not counters["graph_break"], list(counters["graph_break"])[:3]
     assert torch.equal(p, q)
     dynamo.reset()

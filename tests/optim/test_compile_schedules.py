@@ -21,7 +21,7 @@ from spectrakit.optim.schedules import clip_threshold, make_schedule
 from spectrakit.optim.transforms import POST_TRANSFORMS
 
 _THRESHOLD = torch.ops.spectrakit.clip_threshold.default
-_SCHEDULED = torch.ops.spectrakit.post_transform.scheduled
+_SCHEDULED = torch.ops.spectrakit.post_transform_.scheduled
 SHAPES = ((6, 4), (4, 6), (4,))  # two matrix batches and a vector
 LRS = (2e-3, 5e-3, 1e-2, 8e-3)  # set in place before each call: the warm-up's ramp to the peak, then a decay
 DECAY = {"decay": "cosine", "total_steps": 4, "decay_start": 0.25}
@@ -125,7 +125,7 @@ def test_matrix_post_transform_takes_the_scheduled_threshold():
     """The post-transform of the matrix batches is one call of the ``scheduled`` overload (threshold tensor)."""
     t = _run("SpectraAdamW")
     assert t.targets.count(_SCHEDULED) == 1
-    assert torch.ops.spectrakit.post_transform.default not in t.targets
+    assert torch.ops.spectrakit.post_transform_.default not in t.targets
 
 
 def test_constant_schedule_calls_no_threshold_operator():
@@ -144,7 +144,7 @@ def test_constant_schedule_calls_no_threshold_operator():
     torch.compile(O.SpectraAdamW([p], lr=1e-2, warmup_steps=0).step, backend=record)()
     dynamo.reset()
     assert _THRESHOLD not in targets and _SCHEDULED not in targets
-    assert torch.ops.spectrakit.post_transform.default in targets
+    assert torch.ops.spectrakit.post_transform_.default in targets
 
 
 SCHEDULES = ["standard", "constant", DECAY, {"decay": "sqrt", "total_steps": 5, "decay_start": 0.0},
@@ -179,15 +179,19 @@ def test_threshold_kernel_is_the_python_function(spec):
 
 
 def test_scheduled_post_transform_kernel():
-    """The ``scheduled`` overload gives the float overload's result for the tensor's value; an infinite threshold
-    (no clip) returns a copy of the batch (the identity), as the eager step skips the transform."""
+    """The ``scheduled`` overload overwrites the batch as the float overload does for the tensor's value; an
+    infinite threshold (no clip) leaves the batch as it is (the identity), as the eager step skips the
+    transform."""
     gen = torch.Generator().manual_seed(3)
     U = torch.randn(2, 5, 3, generator=gen) * 4
     args = (None, None, "frobenius", 1.0, None)
     for name in ("soft_clip", "hardcap"):
-        got = _SCHEDULED([U], name, torch.tensor(1.5, dtype=torch.float64), *args)[0]
-        assert torch.equal(got, torch.ops.spectrakit.post_transform.default([U], name, 1.5, *args)[0])
+        got, ref = U.clone(), U.clone()
+        _SCHEDULED([got], name, torch.tensor(1.5, dtype=torch.float64), *args)
+        torch.ops.spectrakit.post_transform_.default([ref], name, 1.5, *args)
         fn = POST_TRANSFORMS[name]
-        assert not torch.equal(got, U) and torch.equal(got, getattr(fn, "inplace", fn)(U.clone(), 1.5, None, None))
-        same = _SCHEDULED([U], name, torch.tensor(math.inf, dtype=torch.float64), *args)[0]
-        assert torch.equal(same, U) and same.untyped_storage().data_ptr() != U.untyped_storage().data_ptr()
+        assert torch.equal(got, ref) and not torch.equal(got, U)
+        assert torch.equal(got, getattr(fn, "inplace", fn)(U.clone(), 1.5, None, None))
+        same = U.clone()
+        _SCHEDULED([same], name, torch.tensor(math.inf, dtype=torch.float64), *args)
+        assert torch.equal(same, U)
