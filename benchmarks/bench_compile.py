@@ -9,11 +9,12 @@ parameter set of ``bench_optim.width_shapes(width)`` (the Muons on its matrices:
 matrices only); one line each: the first call's time (the compile), the second call's, ``unique_graphs`` after
 the first call and after calls 2-4 (a recompile if it grew), and the medians of 20 compiled and 20 eager steps
 in interleaved rounds (CUDA-synchronised on a GPU) with the host's minor page faults per step (medians; a CPU
-allocator that returns freed blocks to the system page-faults the next step's tensors in), the first call's CPU
-seconds (this process and its compiler subprocesses: less sensitive to a shared machine's load than the wall
-time), inductor's generated kernel count (``torch._inductor.metrics.generated_kernel_count``) and the nodes of
-the traced graph. ``--names`` picks some of
-the optimizers (comma-separated, e.g. ``"torch AdamW,SpectraAdamW"``; every preset, and the nuclear
+allocator that returns freed blocks to the system page-faults the next step's tensors in) and the most memory the
+tensors of one step took at once (beyond those alive before it: the CUDA allocator's peak, or on a CPU the sum of
+the allocations and frees that the torch profiler records), the first call's CPU seconds (this process and its
+compiler subprocesses: less sensitive to a shared machine's load than the wall time), inductor's generated kernel
+count (``torch._inductor.metrics.generated_kernel_count``) and the nodes of the traced graph. ``--names`` picks
+some of the optimizers (comma-separated, e.g. ``"torch AdamW,SpectraAdamW"``; every preset, and the nuclear
 Frank-Wolfe, ``linf_fw`` and hard-clip posts as ``"SpectraSignum nuclear"`` etc.: ``--help`` lists them;
 ``"SpectraAdamW flag copies"``: every batch of the traced step reads its own copy of the skip flag, the CPU's
 form, on any device);
@@ -174,12 +175,34 @@ def one(name, device, width, multi_tensor=False, settings=(), phases=False, pola
             xs[key].append(timed(fn))
     ce, ee = (statistics.median(t for t, _ in xs[k]) for k in ("compiled", "eager"))
     cf, ef = (statistics.median(f for _, f in xs[k]) for k in ("compiled", "eager"))
+
+    def peak_mib(fn):  # the most memory the step's tensors took at once beyond what was allocated before it
+        if cuda:
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            fn()
+            torch.cuda.synchronize()
+            return (torch.cuda.max_memory_allocated() - base) / 2**20
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+        now = most = 0
+        for e in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                        key=lambda e: e.start_ns()):
+            now += e.nbytes()
+            most = max(most, now)
+        return most / 2**20
+
+    cm, em = peak_mib(step), peak_mib(ref.step)
     print(f"{name:14s} device {device} d={width}{' multi-tensor' if multi_tensor else ''}: first compile "
           f"{first:.1f} s (CPU {cpu:.1f} s, {kernels} kernels, {'+'.join(map(str, nodes))} graph nodes), "
           f"{breaks} graph breaks, 2nd call {second:.3f} s, "
           f"unique_graphs {g1} after call 1, {g4} after calls 2-4 ({'recompiled' if g4 > g1 else 'no recompile'}), "
           f"compiled {ce:.3f} ms, eager {ee:.3f} ms (medians of 20 interleaved rounds), compiled/eager {ce / ee:.2f}, "
-          f"page faults per step {cf:.0f} compiled, {ef:.0f} eager", flush=True)
+          f"page faults per step {cf:.0f} compiled, {ef:.0f} eager, peak memory of a step {cm:.1f} MiB compiled, "
+          f"{em:.1f} MiB eager", flush=True)
 
 
 def main():

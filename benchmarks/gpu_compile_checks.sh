@@ -27,7 +27,8 @@
 # Part 6 (~7 minutes): part 5, then the compiled-against-eager step of the nuclear Frank-Wolfe, linf_fw and
 # hard-clip posts again, now timed in interleaved rounds (part 4 timed 20 compiled steps, then 20 eager ones:
 # the nuclear post 1.42x, the hard clip 1.17x; on a CPU, on CUDA's code path and the posts' polar route,
-# interleaved rounds give 0.96-1.05x).
+# interleaved rounds give 0.96-1.05x), with the peak memory of a compiled and an eager step (the matrix
+# transforms are an in-place operator since 2026-11-28: no second copy of the matrices in the compiled step).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_compile_checks}"

@@ -1090,7 +1090,10 @@ class Spectra(torch.optim.Optimizer):
             if identity:
                 upd = buf
             elif kind == "matrix":
-                U = buf if buf is not None else torch.stack([v.view(shape) for v in views])
+                # (traced: separate work tensors; a batch of one is a view of its own, which inductor lets the
+                # in-place operator overwrite, where the stack of one was copied in and out of it)
+                U = buf if buf is not None else (views[0].view(1, *shape) if len(views) == 1
+                                                 else torch.stack([v.view(shape) for v in views]))
                 batch = {"U": U, "params": params, "stage": "post", "post": post, "c": c_k,
                          "steps": group["post_steps"], "dtype": pdt, "post_kwargs": post_kwargs(group, post)}
                 if pending is not None:
