@@ -274,12 +274,11 @@ def traced_transforms(batches: list[dict]) -> list[torch.Tensor]:
         j = i + 1
         while j < len(batches) and _key(batches[j]) == key and _same_c(batches[j]["c"], c):
             j += 1
-        Us = [b["U"] for b in batches[i:j]]
-        if POST_TRANSFORMS[key[0]] is None:
-            pass
-        elif isinstance(c, torch.Tensor):
-            scheduled_post_transform_op(Us, key[0], c, *key[1:])
-        else:
-            post_transform_op(Us, key[0], float(c), *key[1:])
+        if POST_TRANSFORMS[key[0]] is not None:
+            Us = [b["U"] for b in batches[i:j]]
+            if isinstance(c, torch.Tensor):
+                scheduled_post_transform_op(Us, key[0], c, *key[1:])
+            else:
+                post_transform_op(Us, key[0], float(c), *key[1:])
         i = j
     return [b["U"] for b in batches]

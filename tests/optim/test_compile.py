@@ -401,8 +401,8 @@ def test_traced_tensor_lr_changes_without_recompile_through_the_operator():
                                      ("spectral_lmo", dict(regularizer="nuclear", b=0.1, p=None))])
 def test_operator_kernel_is_the_eager_transform(name, kw):
     """The operator's kernel overwrites each batch of its list with the eager transform bit for bit (the in-place
-    variant where one exists, as the eager step calls it), also a non-contiguous (transposed) batch and one whose
-    transform is a view of it; its fake kernel computes nothing and leaves the fake batches as they are."""
+    variant where one exists, as the eager step calls it), in place, also a non-contiguous (transposed) batch; its
+    fake kernel computes nothing and leaves the fake batches as they are."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from spectrakit.optim.transforms import POST_TRANSFORMS
