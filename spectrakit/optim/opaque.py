@@ -79,7 +79,7 @@ def _one_(U: torch.Tensor, name: str, c: float, steps: int | None, dtype: torch.
     x = U if U.is_contiguous() else U.contiguous()
     out = getattr(fn, "inplace", fn)(x, c, steps, dtype, **kwargs)
     if out is not U:  # a new tensor, the contiguous copy, or a view of U (copied first: no overlapping copy)
-        U.copy_(out.clone() if out is not x and _alias(out, U) else out)
+        U.copy_(out.clone() if _alias(out, U) else out)
 
 
 def _post_transform_(U: list[torch.Tensor], name: str, c: float, steps: int | None, dtype: torch.dtype | None,
