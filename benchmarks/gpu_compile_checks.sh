@@ -6,8 +6,9 @@
 #   bash benchmarks/gpu_compile_checks.sh 2   # first-compile times; eager step against torch's foreach/fused
 #   bash benchmarks/gpu_compile_checks.sh 3   # the open items of the 2026-11-27 run (below)
 #   bash benchmarks/gpu_compile_checks.sh 4   # the GPU tests, then part 3 in order of need (run 2026-11-27, 22:37)
-#   bash benchmarks/gpu_compile_checks.sh 5   # first compiles with the multi-tensor moment updates (not yet run)
+#   bash benchmarks/gpu_compile_checks.sh 5   # first compiles with the multi-tensor moment updates (run as part of 6)
 #   bash benchmarks/gpu_compile_checks.sh 6   # part 5, then the posts' compiled step timed in interleaved rounds
+#                                             # (run 2026-11-28, 02:54: docs/BENCHMARKS.md)
 #
 # Part 1: `pytest -m gpu tests/` (the compiled fused CUDA step with its float32 lr, the sync checks), then
 # study_compile_equal.py with --trace-post, with and without cuBLAS's reduced-precision bf16 reductions (is Muon's

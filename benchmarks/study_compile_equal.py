@@ -6,7 +6,7 @@ four matrices and no NaN (it has no skipped step). Prints, per optimizer and bac
 bit-identical and the largest difference relative to the largest entry.
 
 Usage: ``python benchmarks/study_compile_equal.py [--device cuda] [--names SpectraAdamW,Muon]
-[--backends aot_eager] [--post-dtype float32] [--trace-post] [--exact-bf16-reductions]``.
+[--backends aot_eager] [--post-dtype float32] [--trace-post] [--exact-bf16-reductions] [--diff-detail]``.
 
 ``--trace-post`` records every call of the matrix post-transform (Muon's Newton-Schulz) in the eager and the
 compiled step and prints, call by call, whether the input layouts (shape, strides, storage offset, data pointer
@@ -15,7 +15,9 @@ whether the transform got other inputs or gave other outputs for the same ones. 
 optimizer's warm-up on small matrices; in the step with the NaN, which both skip, the inputs differ: the eager
 step zeroes only the gradient's non-finite entries, the traced one the whole gradient.) ``--exact-bf16-reductions`` sets
 ``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False`` first (cuBLAS may otherwise choose
-reduced-precision reductions in bf16 products, differently for differently laid-out inputs).
+reduced-precision reductions in bf16 products, differently for differently laid-out inputs). ``--diff-detail``
+prints, per parameter, how many entries differ and the largest difference in units of the learning rate (a sign
+optimizer's entry whose sign flipped differs by 2 lr).
 Results: docs/BENCHMARKS.md ("H100 results", fourth run).
 """
 import argparse
@@ -61,7 +63,7 @@ def post_report() -> str:
 SHAPES = [(64, 32), (64, 32), (32, 64), (48, 48), (32,)]
 
 
-def compare(name: str, backend: str, dev: str, post_dtype: str | None = None) -> str:
+def compare(name: str, backend: str, dev: str, post_dtype: str | None = None, detail: bool = False) -> str:
     torch._dynamo.reset()
     shapes = [s for s in SHAPES if len(s) == 2] if name == "torch Muon" else SHAPES
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -88,7 +90,12 @@ def compare(name: str, backend: str, dev: str, post_dtype: str | None = None) ->
         step()
     rel = max(((a - b).abs().max() / a.abs().max().clamp_min(1e-30)).item() for a, b in zip(eager_ps, traced_ps))
     same = all(torch.equal(a, b) for a, b in zip(eager_ps, traced_ps))
-    return f"bit-identical={same} max rel diff {rel:.2e}"
+    out = f"bit-identical={same} max rel diff {rel:.2e}"
+    if detail:  # per parameter: entries that differ, and the largest difference in units of the learning rate
+        out += "".join(f"\n  param {i} {tuple(a.shape)}: {int((a != b).sum())} of {a.numel()} entries differ, "
+                       f"largest |difference| {((a - b).abs().max() / kw['lr']).item():.4g} lr"
+                       for i, (a, b) in enumerate(zip(eager_ps, traced_ps)))
+    return out
 
 
 def main():
@@ -103,6 +110,8 @@ def main():
                     help="compare the matrix post-transform's inputs and outputs call by call (module docstring)")
     ap.add_argument("--exact-bf16-reductions", action="store_true",
                     help="torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False")
+    ap.add_argument("--diff-detail", action="store_true",
+                    help="per parameter: how many entries differ, and the largest difference in units of lr")
     a = ap.parse_args()
     if a.exact_bf16_reductions:
         torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -113,7 +122,7 @@ def main():
         for backend in a.backends.split(","):
             t0 = time.time()
             try:
-                out = compare(name, backend, a.device, a.post_dtype)
+                out = compare(name, backend, a.device, a.post_dtype, a.diff_detail)
             except Exception as e:  # a backend that fails to compile is a result here
                 out = f"FAILED {type(e).__name__}: {str(e)[:300]}"
             print(f"{name:14s} {backend:10s} {out} ({time.time() - t0:.1f} s)", flush=True)
