@@ -203,6 +203,12 @@ def stored(x: torch.Tensor) -> torch.Tensor:
     return x.expand(16, *x.shape).amin(0)
 
 
+# Largest total number of elements of a list that the eager multi-tensor moment update takes through the
+# ``addcmul`` form (a temporary of that size, 64 MiB in float32: the 2-layer LLaMA sets up to d = 512 in one
+# list), see :func:`foreach_lerp_`.
+ADDCMUL_MAX_NUMEL = 2**24
+
+
 def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight, bound: float = 1.0) -> None:
     """``t <- t + weight (e - t)`` for every pair, with a 0-d tensor ``weight`` kept on the device (or a list
     of 0-d tensors, one per pair); ``bound``: an upper bound of ``|weight|`` known on the host (e.g. ``1 - b``
@@ -213,11 +219,19 @@ def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight,
     ``torch.compile`` traces the step, inductor has no lowering for that ``List`` overload (an opaque kernel
     per call: a fusion barrier), so: with ``bound < 0.5``, ``_foreach_addcmul_(t, _foreach_sub(e, t), weight)``,
     i.e. ``t + (e - t) weight``, ``lerp``'s formula for ``|weight| < 0.5`` (the same bits as the eager ``lerp``
-    on the CPU, tested; on CUDA ``lerp`` may round once less). Multi-tensor operations throughout: on a GPU
+    on the CPU, tested, and on an H100, measured). Multi-tensor operations throughout: on a GPU
     inductor stores every output of a ``_foreach_*`` operation that a per-tensor operation reads, so the
     per-tensor ``addcmul_`` used before gave ~2 stored buffers more per parameter and moment to schedule
     (SpectraAdEMAMix at d = 256: 594 nodes into inductor's scheduler, 295 with this form). Otherwise a
     per-tensor ``lerp_`` (which inductor decomposes into both of ``lerp``'s formulas and a select).
+
+    Eagerly, the same ``addcmul`` form where ``bound < 0.5`` and the targets (float32 or float64, as every
+    optimizer state: in a 16-bit dtype ``e - t`` would round first) hold at most :data:`ADDCMUL_MAX_NUMEL`
+    elements: on a GPU the ``List`` overload of ``_foreach_lerp_`` with 0-d weights
+    runs tensor by tensor, and the ``addcmul`` form took half its time on an H100 (70.7 against 138.9 us per
+    call for the 21 tensors of the d = 256 2-layer LLaMA set: a host-bound step) with the same bits (0 of 2.66
+    million entries differed; ``benchmarks/study_update_ops.py``). It allocates ``e - t`` for the call, so
+    larger lists (whose step is not bound by the host) keep the in-place ``lerp``.
     """
     weights = weight if isinstance(weight, list) else [weight] * len(targets)
     if torch.compiler.is_compiling():
@@ -226,6 +240,10 @@ def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight,
             return
         for t, e, wt in zip(targets, ends, weights):
             t.lerp_(e, wt)
+        return
+    if (bound < 0.5 and targets[0].dtype in (torch.float32, torch.float64)
+            and sum(t.numel() for t in targets) <= ADDCMUL_MAX_NUMEL):
+        torch._foreach_addcmul_(targets, torch._foreach_sub(ends, targets), weights)
         return
     torch._foreach_lerp_(targets, ends, weights)
 

@@ -115,3 +115,30 @@ def test_presets_are_the_pipeline():
     assert O.Muon(p, normalize="spectral").defaults["post"] == "newton_schulz5_spectral"
     with pytest.raises(ValueError, match="normalize"):
         O.Muon(p, normalize="gram")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("w", [0.1, 1e-3, 0.0, 0.49, 0.9])
+@pytest.mark.parametrize("small", [True, False], ids=["addcmul-form", "lerp-form"])
+def test_foreach_lerp_equals_per_tensor_lerp(dtype, w, small, monkeypatch):
+    """The eager multi-tensor moment update (``addcmul`` form for small float32/float64 lists and weights below
+    0.5, else ``_foreach_lerp_``) gives ``lerp``'s bits, with a 0-d weight on the device and with one per
+    tensor, on entries of very different magnitudes; a zero weight (a skipped step) leaves the targets as
+    they were."""
+    import spectrakit.optim.bases as B
+
+    if not small:
+        monkeypatch.setattr(B, "ADDCMUL_MAX_NUMEL", 0)
+    gen = torch.Generator().manual_seed(3)
+    shapes, scales = [(64, 32), (7,), (3, 5, 2), ()], [1.0, 1e6, 1e-6, 3.0]
+    targets = [(torch.randn(s, generator=gen, dtype=torch.float64) * k).to(dtype) for s, k in zip(shapes, scales)]
+    ends = [(torch.randn(s, generator=gen, dtype=torch.float64) * k).to(dtype) for s, k in zip(shapes, scales)]
+    weight = torch.tensor(w, dtype=dtype)
+    expected = [t.lerp(e, weight) for t, e in zip(targets, ends)]
+    for wt in (weight, [weight.clone() for _ in targets]):
+        got = [t.clone() for t in targets]
+        B.foreach_lerp_(got, ends, wt, bound=max(w, 1e-3) if w < 0.5 else 1.0)
+        for g, x, t in zip(got, expected, targets):
+            assert torch.equal(g, x)
+            if w == 0.0:
+                assert torch.equal(g, t)
