@@ -20,7 +20,7 @@ import spectrakit.optim as O  # noqa: E402
 import spectrakit.optim.bases as B  # noqa: E402
 
 NAMES = ["Lion", "Signum", "SpectraAdamW"]
-FORMS = {"List lerp": 0, "addcmul": 2**24}  # ADDCMUL_MAX_NUMEL for each form
+FORMS = {"List lerp": 0, "addcmul": B.ADDCMUL_MAX_NUMEL}  # ADDCMUL_MAX_NUMEL for each form
 
 
 def main():
