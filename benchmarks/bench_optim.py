@@ -49,6 +49,7 @@ untied 50304 vocab; CPU: the ``small`` preset, d = 192, 2 layers, hidden 512, vo
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -518,6 +519,10 @@ PARITY = {
 # the non-finite check of a step alone (the per-gradient aminmax and the flag), timed in the parity rounds
 CHECK = "non-finite check alone"
 
+# presets stepped with ``step(grad_norm=...)``: the gradients' norm, taken once before the rounds (a training loop
+# that clips or logs the norm has it anyway), decides the step's non-finite check instead of a pass over them
+GIVEN_NORM = {"AdamW (grad norm given)": "AdamW", "SGD (grad norm given)": "SGD"}
+
 
 def parity_makers(device: str) -> dict:
     """Every optimizer of the eager-parity rounds: torch AdamW / SGD (momentum 0.9) foreach and, where torch
@@ -531,6 +536,8 @@ def parity_makers(device: str) -> dict:
         makers[f"torch SGD ({kind})"] = lambda ps, k=kind: torch.optim.SGD(ps, lr=1e-3, momentum=0.9, **{k: True})
     for label, (name, kw) in PARITY.items():
         makers[label] = lambda ps, name=name, kw=kw: getattr(O, name)(ps, lr=1e-3, **kw)
+    for label, name in GIVEN_NORM.items():
+        makers[label] = lambda ps, name=name: getattr(O, name)(ps, lr=1e-3)
     return makers
 
 
@@ -556,18 +563,24 @@ def bench_parity(widths, device: str, reps: int, clock: str = "wall") -> list[di
         gen = torch.Generator(device=device).manual_seed(d)
         init = [torch.randn(s, device=device, generator=gen) * 0.02 for s in shapes]
         grads = [torch.randn(s, device=device, generator=gen) * 1e-2 for s in shapes]
-        opts = {}
+        opts, calls = {}, {}
         for name, make in parity_makers(device).items():
             ps = [torch.nn.Parameter(t.clone()) for t in init]
             for p, g in zip(ps, grads):
                 p.grad = g.clone()
             try:
                 opts[name] = make(ps)
-                opts[name].step()
+                if name in GIVEN_NORM:
+                    norm = torch.nn.utils.get_total_norm([p.grad for p in ps], foreach=True)
+                    opts[name].step(grad_norm=norm)
+                    calls[name] = functools.partial(opts[name].step, grad_norm=norm)
+                else:
+                    opts[name].step()
+                    calls[name] = opts[name].step
             except (TypeError, RuntimeError) as e:  # an option or a fused kernel this version lacks
                 print(f"d={d}: {name} left out ({str(e).splitlines()[0][:120]})")
                 opts.pop(name, None)
-        calls = {name: opt.step for name, opt in opts.items()}
+                calls.pop(name, None)
         if "AdamW" in opts and hasattr(opts["AdamW"], "_finite_flag"):
             checked = [p.grad for g in opts["AdamW"].param_groups for p in g["params"]]
             calls[CHECK] = lambda o=opts["AdamW"], gs=checked: o._finite_flag(gs)
@@ -585,7 +598,8 @@ def bench_parity(widths, device: str, reps: int, clock: str = "wall") -> list[di
         for name in calls:
             if name.startswith("torch"):
                 continue
-            ref = "torch SGD" if name in PARITY and PARITY[name][0] == "SGD" else "torch AdamW"
+            base = GIVEN_NORM.get(name) or (PARITY[name][0] if name in PARITY else None)
+            ref = "torch SGD" if base == "SGD" else "torch AdamW"
             rows.append({"d": d, "optimizer": name, "step ms": med(times[name]), "torch": ref,
                          "torch foreach ms": med(times[f"{ref} (foreach)"]),
                          "torch fused ms": med(times[f"{ref} (fused)"]) if f"{ref} (fused)" in times else float("nan"),

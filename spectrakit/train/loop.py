@@ -3,6 +3,9 @@
 One optimizer step = ``grad_accum`` micro-batches (forward in bf16 autocast on CUDA, backward with the loss
 divided by ``grad_accum``; DDP gradient sync only on the last one) -> optional global grad-norm clipping
 ``g <- g * min(1, clip / ||g||_2)`` over all parameters -> ``optimizer.step()`` -> ``scheduler.step()``.
+The gradient norm (taken every step for the logs, clipped or not) is given to a spectrakit optimizer's step
+(``step(grad_norm=...)``), which then decides its non-finite check from it instead of reading every gradient
+once more.
 Every ``log_every`` steps the host synchronises once to log the mean training loss, gradient norm, LR,
 step time and tokens/s (JSONL/CSV); every ``eval_every`` steps (and at the end) the validation loss is
 computed on fixed windows; every ``ckpt_every`` steps a checkpoint allows exact resume.
@@ -29,6 +32,7 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar
 from spectrakit.data.batches import TokenBatches, eval_batches
+from spectrakit.optim import Spectra
 from spectrakit.train import interrupt
 from spectrakit.train.checkpoint import (
     load_checkpoint,
@@ -231,6 +235,7 @@ def train(
     device = info.device
     core = unwrap(model)
     params = [p for p in core.parameters() if p.requires_grad]
+    takes_norm = isinstance(optimizer, Spectra)  # (step(grad_norm=): the gradient norm the loop takes anyway)
     sharded = info.enabled and is_sharded(core)
     ckpt_dir = cfg.ckpt_dir or cfg.out_dir
     if sharded:  # every rank writes its shards: all need rank 0's folder (out_dir is often rank 0's only)
@@ -314,8 +319,12 @@ def train(
             window_loss += loss.detach() / cfg.grad_accum
         ctx = StepContext(step, core, optimizer)
         t0 += _call(callbacks, "before_step", ctx, device)
-        window_gnorm += _grad_norm(params, cfg.grad_clip)
-        optimizer.step()
+        gnorm = _grad_norm(params, cfg.grad_clip)
+        window_gnorm += gnorm
+        if takes_norm:  # the norm decides the step's non-finite check: no second pass over the gradients
+            optimizer.step(grad_norm=gnorm)
+        else:
+            optimizer.step()
         t0 += _call(callbacks, "after_step", ctx, device)
         if scheduler is not None:
             scheduler.step()

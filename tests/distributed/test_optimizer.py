@@ -123,6 +123,15 @@ def test_nonfinite_gradient_on_one_rank_skips_everywhere(optim_results):
         assert unchanged and skipped == 1 and steps_taken == 3
 
 
+def test_given_norm_skips_on_every_rank_or_none(optim_results):
+    """``step(grad_norm=...)`` on FSDP2 shards: a rank's own norm, infinite on one rank, skips the step on both
+    (the flag is all-reduced); the DTensor norm of ``clip_grad_norm_`` takes it on both."""
+    for r in range(2):
+        assert optim_results[r][("given_norm", True)][:2] == (True, 2)
+        unchanged, skipped, kind = optim_results[r][("given_norm", False)]
+        assert not unchanged and skipped == 2 and kind == "DTensor"
+
+
 @pytest.mark.parametrize("key, expected", [
     ("partial", "unsupported DTensor placement Partial"),
     ("vector_clip", "sharded 1-D parameter: vector_clip needs the norm of the whole vector"),

@@ -262,7 +262,24 @@ def optim_suite(rank: int, ws: int) -> dict:
     opt.step()
     after = full_params(model)
     res["nonfinite_one_rank"] = (all(torch.equal(before[n], after[n]) for n in before),
-                                 int(opt.skipped_steps), opt.param_groups[0]["steps_taken"])
+                                 int(opt.skipped_steps), int(opt.param_groups[0]["steps_taken"]))
+
+    # step(grad_norm=): each rank's own shards' norm, infinite on one rank only, skips the step on every rank;
+    # then the (DTensor) norm clip_grad_norm_ returns takes it on every rank
+    for k, infinite in enumerate((True, False)):
+        opt.zero_grad()
+        x, y = batch(3 + k)
+        loss_fn(model, x.chunk(ws)[rank], y.chunk(ws)[rank]).backward()
+        if infinite:
+            norm = torch.linalg.vector_norm(torch.stack([p.grad.to_local().norm() for p in model.parameters()]))
+            norm = norm * float("inf") if rank == ws - 1 else norm
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1e6)
+        before = full_params(model)
+        opt.step(grad_norm=norm)
+        after = full_params(model)
+        res[("given_norm", infinite)] = (all(torch.equal(before[n], after[n]) for n in before),
+                                         int(opt.skipped_steps), type(norm).__name__)
 
     # unsupported layouts and options -> clear errors
     res["errors"] = optim_errors(rank, ws)

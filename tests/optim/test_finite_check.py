@@ -1,16 +1,19 @@
 """The eager CPU non-finite check of the step (``Spectra._finite_flag``): per-gradient ``aminmax`` written into a
-buffer kept across steps. Checked against a brute-force float64 oracle (every entry finite and at most
-``GRAD_BOUND`` in magnitude, compared in the gradient's dtype as the check does) on adversarial entries, with the
-buffer reused across calls whose gradient count, dtype and verdict change."""
+buffer kept across calls (one per thread, the compiled step's ``spectrakit::grads_within`` kernel uses it too).
+Checked against a brute-force float64 oracle (every entry finite and at most ``GRAD_BOUND`` in magnitude, compared
+in the gradient's dtype as the check does) on adversarial entries, with the buffer reused across calls whose
+gradient count, dtype and verdict change, by several optimizers and by threads checking at the same time."""
 
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 import torch
 
 import spectrakit.optim as O
+from spectrakit.optim.opaque import grads_within_op
 from spectrakit.optim.spectra import GRAD_BOUND
 
 SHAPES = [(7, 5), (), (4,), (3, 2, 2), (1, 1), (64,)]
@@ -74,6 +77,35 @@ def test_buffer_follows_changing_gradient_lists():
             grads = [g.clone() for g in grads]
             grads[-1].view(-1)[0] = (math.nan, math.inf, -math.inf, 4 * GRAD_BOUND)[k % 4]
         assert float(opt._finite_flag(grads)) == _oracle(grads), k
+
+
+def test_threads_and_the_operator_share_no_verdict():
+    """Two threads check gradient lists of the same count and dtype (the same key of the kept buffer) at the same
+    time, one list clean and one with a NaN, 300 times each, through the eager check and the compiled step's
+    operator alternately: every verdict equals the oracle (a buffer shared by the threads would let one thread
+    read the other's extremes). Two optimizers in one thread share the buffer and still agree with the oracle."""
+    gen = torch.Generator().manual_seed(3)
+    clean = [torch.randn(s, generator=gen) for s in SHAPES]
+    bad = [g.clone() for g in clean]
+    bad[2].view(-1)[1] = math.nan
+    opts = [_opt(), _opt()]
+    errors: list = []
+    start = threading.Barrier(2)
+
+    def run(grads, expected):
+        start.wait()
+        for k in range(300):
+            flag = opts[k % 2]._finite_flag(grads) if k % 3 else grads_within_op(grads, GRAD_BOUND, True).float()
+            if float(flag) != expected:
+                errors.append((expected, k))
+
+    threads = [threading.Thread(target=run, args=(clean, 1.0)), threading.Thread(target=run, args=(bad, 0.0))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _oracle(clean) == 1.0 and _oracle(bad) == 0.0
+    assert not errors, errors[:5]
 
 
 def test_steps_after_a_skip_use_fresh_flags():

@@ -156,15 +156,18 @@ class ShardedSpectraMixin:
     # ------------------------------------------------------------------ overridden pipeline steps
     @torch.compiler.disable(reason="the sharded step swaps parameters for their shards and exchanges them")
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, *, grad_norm=None):
         """One distributed optimizer step (collective: every rank of the job must call it).
 
         Not traced by ``torch.compile``: under ``torch.compile(opt.step)`` it runs eagerly, like
         ``torch.optim``'s fused optimizers (the step swaps the parameters in the param groups for their
         local shards and back, and its exchanges depend on which rank owns which matrix; traced, it broke
         the graph at every batch and recompiled until dynamo's limit). Compile the model instead (each
-        FSDP2 block); the step's matrix transforms are batched kernels either way."""
+        FSDP2 block); the step's matrix transforms are batched kernels either way. ``grad_norm``: as
+        :meth:`Spectra.step`'s (the global norm, or this rank's shards' own: the ranks agree on skipping)."""
         loss = None
+        if grad_norm is not None:
+            grad_norm = self._given_norm(grad_norm, closure)
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -172,12 +175,12 @@ class ShardedSpectraMixin:
             sh.reset_loads()
         swapped = self._enter_local()
         try:
-            self._inner_step()
+            self._inner_step(grad_norm)
         finally:
             self._exit_local(swapped)
         return loss
 
-    def _inner_step(self) -> None:
+    def _inner_step(self, grad_norm: torch.Tensor | None = None) -> None:
         """The next class's ``step`` without ``torch.optim``'s hook wrapper (which this class's own ``step``
         already carries), so step pre/post hooks run once per step."""
         mro = type(self).__mro__
@@ -186,11 +189,11 @@ class ShardedSpectraMixin:
                 fn = cls.__dict__["step"]
                 while getattr(fn, "hooked", False) and hasattr(fn, "__wrapped__"):
                     fn = fn.__wrapped__
-                fn(self)
+                fn(self, grad_norm=grad_norm)
                 return
 
-    def _finite_flag(self, grads):
-        ok = super()._finite_flag(grads)
+    def _finite_flag(self, grads, grad_norm=None):
+        ok = super()._finite_flag(grads, grad_norm)
         groups = {id(lay.group): lay.group for _, lay in self._local.values() if lay.kind != "replicated"}
         for g in groups.values():  # shards differ across ranks: agree on skipping the step
             dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=g)

@@ -1,0 +1,82 @@
+"""Study: the host cost of one eager plain AdamW / SGD step with the non-finite check, with ``step(grad_norm=...)``
+(the check taken from the gradients' norm) and without the check, against torch's fused and foreach steps.
+
+At a small width the step is host-bound (on a GPU, and on a CPU too): what is measured is the Python and the
+dispatch of each operator. ``--multi-tensor`` makes spectrakit take the GPU's multi-tensor code path on the CPU.
+Every optimizer steps once per round (interleaved rounds), on the 2-layer LLaMA parameter set of
+``bench_optim.width_shapes``; the norm is taken once, as a training loop has it anyway. Prints the median step
+time of each and its ratio to torch's fused step.
+
+Usage: ``python benchmarks/study_grad_norm_host.py [--width 16] [--rounds 301] [--multi-tensor] [--device cpu]``.
+Results: docs/BENCHMARKS.md ("The gradient norm as the non-finite check").
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_optim import width_shapes  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--width", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=301)
+    ap.add_argument("--multi-tensor", action="store_true",
+                    help="spectrakit takes the multi-tensor (GPU) code path on the CPU too")
+    a = ap.parse_args()
+    if a.rounds < 1 or a.width < 1:
+        ap.error(f"--rounds and --width must be >= 1, got {a.rounds} and {a.width}")
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        ap.error(f"--device {a.device}: this torch has no CUDA device; use --device cpu")
+    import spectrakit.optim as O
+    from spectrakit.optim.spectra import Spectra
+
+    if a.multi_tensor:
+        Spectra._per_tensor = Spectra._flag_copies = staticmethod(lambda device: False)
+    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
+    gen = torch.Generator(device=a.device).manual_seed(0)
+    init = [torch.randn(s, device=a.device, generator=gen) * 0.02 for s in width_shapes(a.width)]
+    grads = [torch.randn(t.shape, device=a.device, generator=gen) * 1e-2 for t in init]
+    norm = torch.nn.utils.get_total_norm(grads)
+
+    def params():
+        ps = [torch.nn.Parameter(t.clone()) for t in init]
+        for p, g in zip(ps, grads):
+            p.grad = g.clone()
+        return ps
+
+    print(f"torch {torch.__version__}, {a.device}, d = {a.width}, {a.rounds} interleaved rounds, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}{', multi-tensor path' if a.multi_tensor else ''}")
+    for name in ("AdamW", "SGD"):
+        kw = {"momentum": 0.9} if name == "SGD" else {}
+        ours, theirs = getattr(O, name), getattr(torch.optim, name)
+        opts = {"torch fused": theirs(params(), lr=1e-3, fused=True, **kw),
+                "torch foreach": theirs(params(), lr=1e-3, foreach=True, **kw),
+                "checked": ours(params(), lr=1e-3, **kw),
+                "grad norm given": ours(params(), lr=1e-3, **kw),
+                "check_finite=False": ours(params(), lr=1e-3, check_finite=False, **kw)}
+        calls = {k: opt.step for k, opt in opts.items()}
+        calls["grad norm given"] = lambda opt=opts["grad norm given"]: opt.step(grad_norm=norm)
+        times: dict = {k: [] for k in calls}
+        for fn in calls.values():  # the first step creates the states
+            fn()
+        sync()
+        for _ in range(a.rounds):
+            for k, fn in calls.items():
+                t0 = time.perf_counter()
+                fn()
+                sync()
+                times[k].append(time.perf_counter() - t0)
+        med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
+        print(f"{name}: " + ", ".join(f"{k} {v:.0f} us ({v / med['torch fused']:.2f}x)" for k, v in med.items()))
+
+
+if __name__ == "__main__":
+    main()
