@@ -126,9 +126,10 @@ def _aminmax_out(n: int, dtype: torch.dtype, device: torch.device) -> tuple:
         cache = _SCRATCH.aminmax = {}
     key = (n, dtype, device)
     out = cache.get(key)
-    if out is None:
-        buf = torch.empty((2, n), dtype=dtype, device=device)
-        out = cache[key] = (buf, [(buf[0, i], buf[1, i]) for i in range(n)])
+    if out is None:  # a normal tensor even under inference mode (an inference tensor is read-only outside it)
+        with torch.inference_mode(False):
+            buf = torch.empty((2, n), dtype=dtype, device=device)
+            out = cache[key] = (buf, [(buf[0, i], buf[1, i]) for i in range(n)])
     return out
 
 

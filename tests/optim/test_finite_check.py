@@ -108,6 +108,31 @@ def test_threads_and_the_operator_share_no_verdict():
     assert not errors, errors[:5]
 
 
+def test_buffer_made_under_inference_mode_serves_later_steps():
+    """The kept buffer is first made while a step runs under ``torch.inference_mode`` (in a fresh thread: a fresh
+    buffer), then serves another optimizer's steps outside it: both steps are taken and the later checks still
+    see a NaN (an inference tensor as the buffer would refuse the ``out=`` writes outside inference mode)."""
+    results: list = []
+
+    def run():
+        try:
+            a, b = _opt(), _opt()
+            for opt in (a, b):
+                opt.param_groups[0]["params"][0].grad = torch.ones(2)
+            with torch.inference_mode():
+                a.step()
+            b.step()
+            results.append(float(b._finite_flag([torch.tensor([1.0, math.nan])])))
+            results.append(float(b._finite_flag([torch.tensor([1.0, 2.0])])))
+        except RuntimeError as e:  # pragma: no cover - the failure this test guards against
+            results.append(str(e))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert results == [0.0, 1.0], results
+
+
 def test_steps_after_a_skip_use_fresh_flags():
     """A skipped step (a nan gradient) followed by clean steps: each clean step moves the parameters, the
     skipped one leaves parameters and momentum exactly as they were, and one skip is counted."""
