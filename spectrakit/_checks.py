@@ -77,13 +77,19 @@ def check_scalar(value, name: str, *, low=None, high=None, low_inclusive=True, h
             raise ValueError(f"{name} must be a number, got nan")
     else:
         raise TypeError(f"{name} must be a real number or tensor, got {type(value).__name__}")
-    rng = (("[" if low_inclusive else "(") + (str(low) if low is not None else "-inf") + ", "
-           + (str(high) if high is not None else "inf") + ("]" if high_inclusive else ")"))
     if low is not None and (lo_v < low or (not low_inclusive and lo_v == low)):
-        raise ValueError(f"{name} must be in {rng}, got {lo_v if lo_v == hi_v else value}")
+        raise ValueError(f"{name} must be in {_range(low, high, low_inclusive, high_inclusive)}, "
+                         f"got {lo_v if lo_v == hi_v else value}")
     if high is not None and (hi_v > high or (not high_inclusive and hi_v == high)):
-        raise ValueError(f"{name} must be in {rng}, got {hi_v if lo_v == hi_v else value}")
+        raise ValueError(f"{name} must be in {_range(low, high, low_inclusive, high_inclusive)}, "
+                         f"got {hi_v if lo_v == hi_v else value}")
     return value
+
+
+def _range(low, high, low_inclusive: bool, high_inclusive: bool) -> str:
+    """The accepted interval of :func:`check_scalar` as its messages write it, e.g. ``[0.0, inf)``."""
+    return (("[" if low_inclusive else "(") + (str(low) if low is not None else "-inf") + ", "
+            + (str(high) if high is not None else "inf") + ("]" if high_inclusive else ")"))
 
 
 def check_choice(value, name: str, choices) -> str:
