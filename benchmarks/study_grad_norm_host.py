@@ -7,7 +7,11 @@ Every optimizer steps once per round (interleaved rounds), on the 2-layer LLaMA 
 ``bench_optim.width_shapes``; the norm is taken once, as a training loop has it anyway. Prints the median step
 time of each and its ratio to torch's fused step.
 
-Usage: ``python benchmarks/study_grad_norm_host.py [--width 16] [--rounds 301] [--multi-tensor] [--device cpu]``.
+``--compile`` also times ``torch.compile(opt.step)`` (inductor), checked and with the norm given, and prints each
+compiled step against its eager twin.
+
+Usage: ``python benchmarks/study_grad_norm_host.py [--width 16] [--rounds 301] [--multi-tensor] [--device cpu]
+[--compile]``.
 Results: docs/BENCHMARKS.md ("The gradient norm as the non-finite check").
 """
 import argparse
@@ -29,6 +33,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=301)
     ap.add_argument("--multi-tensor", action="store_true",
                     help="spectrakit takes the multi-tensor (GPU) code path on the CPU too")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time torch.compile(opt.step), checked and with the norm given")
     a = ap.parse_args()
     if a.rounds < 1 or a.width < 1:
         ap.error(f"--rounds and --width must be >= 1, got {a.rounds} and {a.width}")
@@ -64,6 +70,10 @@ def main():
                 "check_finite=False": ours(params(), lr=1e-3, check_finite=False, **kw)}
         calls = {k: opt.step for k, opt in opts.items()}
         calls["grad norm given"] = lambda opt=opts["grad norm given"]: opt.step(grad_norm=norm)
+        if a.compile:
+            calls["compiled checked"] = torch.compile(ours(params(), lr=1e-3, **kw).step)
+            given = torch.compile(ours(params(), lr=1e-3, **kw).step)
+            calls["compiled grad norm given"] = lambda step=given: step(grad_norm=norm)
         times: dict = {k: [] for k in calls}
         for fn in calls.values():  # the first step creates the states
             fn()
@@ -76,6 +86,9 @@ def main():
                 times[k].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) * 1e6 for k, v in times.items()}
         print(f"{name}: " + ", ".join(f"{k} {v:.0f} us ({v / med['torch fused']:.2f}x)" for k, v in med.items()))
+        if a.compile:
+            print(f"{name}: compiled / eager: checked {med['compiled checked'] / med['checked']:.3f}, grad norm given "
+                  f"{med['compiled grad norm given'] / med['grad norm given']:.3f}")
 
 
 if __name__ == "__main__":

@@ -545,9 +545,10 @@ class Spectra(torch.optim.Optimizer):
         """0-d fp32 tensor: 1.0 if every gradient is finite and at most :data:`GRAD_BOUND` in magnitude,
         else 0.0 (one fused reduction per device). With ``grad_norm`` (the norm of these gradients, given to
         :meth:`step`): ``1.0`` iff ``grad_norm <= GRAD_BOUND``, compared in float32 (false for NaN and inf), no
-        gradient read."""
+        gradient read; on the gradients' device, where the skip counter lives (a number's norm is a CPU tensor)."""
         if grad_norm is not None:
-            return (grad_norm.detach().reshape(()).float() <= GRAD_BOUND).float()
+            ok = (grad_norm.detach().reshape(()).float() <= GRAD_BOUND).float()
+            return ok.to(grads[0].device, non_blocking=True)
         by_device: dict[torch.device, list[torch.Tensor]] = {}
         for g in grads:
             by_device.setdefault(g.device, []).append(g)

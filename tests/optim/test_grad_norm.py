@@ -170,3 +170,26 @@ def test_compiled_step_with_changing_norms(name):
     assert not breaks and graphs == 1
     _same(a, b, oa, ob)
     assert int(ob.skipped_steps) == int(oa.skipped_steps) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["AdamW", "SpectraAdamW"])
+def test_cuda_norm_from_the_host_keeps_the_counter_on_the_device(name):
+    """CUDA parameters with a Python-number norm and a CPU tensor norm (an infinite one skips): the steps equal the
+    checked ones and ``skipped_steps`` stays on the gradients' device (no copy back and forth every step)."""
+    gen = torch.Generator().manual_seed(6)
+    init = [torch.randn(s, generator=gen) for s in SHAPES]
+    a = [torch.nn.Parameter(x.cuda()) for x in init]
+    b = [torch.nn.Parameter(x.cuda()) for x in init]
+    oa, ob = getattr(O, name)(a, lr=1e-2), getattr(O, name)(b, lr=1e-2)
+    for k, norm in enumerate([2.5, torch.tensor(3.0), torch.tensor(math.inf), 1.0]):
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape, generator=gen).cuda()
+            q.grad = p.grad.clone()
+        if k != 2:
+            oa.step()
+        ob.step(grad_norm=norm)
+        assert ob.skipped_steps.device.type == "cuda"
+    _same(a, b, oa, ob)
+    assert int(ob.skipped_steps) == 1
