@@ -54,7 +54,9 @@ Non-finite gradient policy: if ANY gradient of the step contains inf/nan, the wh
 (parameters, moments and per-parameter ``step`` counters unchanged) and every group's
 ``skipped_steps`` (0-d int64 tensor, saved in ``state_dict``) grows by one. This is decided by tensor
 arithmetic (``ok`` multiplies every state/parameter update), never by a Python ``if`` on a tensor.
-Non-finite entries of ``p.grad`` are not modified; the copies in the work tensor are zeroed.
+Non-finite entries of ``p.grad`` are not modified; the copies in the work tensor are zeroed. Given
+``step(grad_norm=...)`` (a norm of the gradients, e.g. what ``clip_grad_norm_`` returned), the decision is
+taken from it instead of a pass over the gradients: a NaN or infinite norm, or one above the bound below.
 Overflow: a step whose gradients have an entry above ``GRAD_BOUND = 1e18`` in magnitude is skipped and
 counted the same way. Below the bound no base can overflow: second moments are at most ``1e36`` (fp32 max
 3.4e38), MARS's gradient differences and every EMA stay within a small multiple of the bound, and the
