@@ -9,6 +9,7 @@
 #   bash benchmarks/gpu_compile_checks.sh 5   # first compiles with the multi-tensor moment updates (run as part of 6)
 #   bash benchmarks/gpu_compile_checks.sh 6   # part 5, then the posts' compiled step timed in interleaved rounds
 #                                             # (run 2026-11-28, 02:54: docs/BENCHMARKS.md)
+#   bash benchmarks/gpu_compile_checks.sh 7   # the GPU tests, then step(grad_norm=) against the checked step
 #
 # Part 1: `pytest -m gpu tests/` (the compiled fused CUDA step with its float32 lr, the sync checks), then
 # study_compile_equal.py with --trace-post, with and without cuBLAS's reduced-precision bf16 reductions (is Muon's
@@ -30,6 +31,10 @@
 # the nuclear post 1.42x, the hard clip 1.17x; on a CPU, on CUDA's code path and the posts' polar route,
 # interleaved rounds give 0.96-1.05x), with the peak memory of a compiled and an eager step (the matrix
 # transforms are an in-place operator since 2026-11-28: no second copy of the matrices in the compiled step).
+# Part 7 (~5 minutes): the GPU tests (a norm given as a host number keeps the skip counter on the device), then
+# the host time of the eager plain AdamW / SGD step with the check taken from the gradients' norm
+# (`step(grad_norm=...)`, which skips the multi-tensor inf-norm that cost 206 us of host time per step on the H100)
+# at d = 256, eager and compiled, and the parity rounds at d = 256 and 1024 with their norm rows.
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu_compile_checks}"
@@ -91,8 +96,16 @@ case "$part" in
         --names "SpectraSignum nuclear,SpectraSignum linf_fw,SpectraAdamW hardcap" \
         --inductor-config loop_ordering_after_fusion=False
     ;;
+7)
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+    run gpu_tests timeout 90 python -m pytest -q -m gpu tests/ -p no:cacheprovider
+    run grad_norm_host timeout 150 python benchmarks/study_grad_norm_host.py --device cuda --width 256 --rounds 101 \
+        --compile
+    run parity timeout 150 python benchmarks/bench_optim.py --device cuda --parity-widths 256,1024 --reps 25 \
+        --no-write
+    ;;
 *)
-    echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2|3|4|5|6" >&2
+    echo "usage: bash benchmarks/gpu_compile_checks.sh 1|2|3|4|5|6|7" >&2
     exit 2
     ;;
 esac
