@@ -24,27 +24,16 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_optim import width_shapes  # noqa: E402
+from study_step_host import host_study_args  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--width", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=301)
-    ap.add_argument("--multi-tensor", action="store_true",
-                    help="spectrakit takes the multi-tensor (GPU) code path on the CPU too")
     ap.add_argument("--compile", action="store_true",
                     help="also time torch.compile(opt.step), checked and with the norm given")
-    a = ap.parse_args()
-    if a.rounds < 1 or a.width < 1:
-        ap.error(f"--rounds and --width must be >= 1, got {a.rounds} and {a.width}")
-    if a.device.startswith("cuda") and not torch.cuda.is_available():
-        ap.error(f"--device {a.device}: this torch has no CUDA device; use --device cpu")
+    a = host_study_args(ap, "cpu", 16, 301)
     import spectrakit.optim as O
-    from spectrakit.optim.spectra import Spectra
 
-    if a.multi_tensor:
-        Spectra._per_tensor = Spectra._flag_copies = staticmethod(lambda device: False)
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     gen = torch.Generator(device=a.device).manual_seed(0)
     init = [torch.randn(s, device=a.device, generator=gen) * 0.02 for s in width_shapes(a.width)]

@@ -34,11 +34,13 @@ def make(maker, width, device):
     return maker(ps)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--width", type=int, default=256)
-    ap.add_argument("--rounds", type=int, default=50)
+def host_study_args(ap: argparse.ArgumentParser, device: str, width: int, rounds: int) -> argparse.Namespace:
+    """The options of the host-time studies (``--device``, ``--width``, ``--rounds``, ``--multi-tensor``) added to
+    ``ap`` with these defaults, parsed and checked (``ap.error``: one line, exit 2); with ``--multi-tensor``,
+    spectrakit's optimizers take the multi-tensor (GPU) code path from here on."""
+    ap.add_argument("--device", default=device)
+    ap.add_argument("--width", type=int, default=width)
+    ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--multi-tensor", action="store_true",
                     help="spectrakit takes the multi-tensor (GPU) code path on the CPU too")
     a = ap.parse_args()
@@ -49,7 +51,13 @@ def main():
     if a.multi_tensor:
         from spectrakit.optim.spectra import Spectra
 
-        Spectra._per_tensor = staticmethod(lambda device: False)
+        Spectra._per_tensor = Spectra._flag_copies = staticmethod(lambda device: False)
+    return a
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    a = host_study_args(ap, "cuda" if torch.cuda.is_available() else "cpu", 256, 50)
     cuda = a.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     cases = []
