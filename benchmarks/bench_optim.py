@@ -38,7 +38,10 @@ SpectraAdamW, interleaved rounds.
 
 ``--parity-widths 192,256,512,1024``: the eager step of the plain AdamW, SGD, Lion and Signum presets against
 torch's AdamW / SGD (foreach and fused), interleaved rounds, medians of the per-round ratios, and the non-finite
-check of a step alone (the part of a checked AdamW/SGD step beyond torch's fused kernel). ``--clock cpu`` times
+check of a step alone (the part of a checked AdamW/SGD step beyond torch's fused kernel). All of them step the
+same tensors (parameters, gradients, and the states whose layouts agree), with the CPU's caches flushed before
+each step: separate copies made a step's time depend on where its tensors lay (up to 13% between two instances
+of the same torch step). ``--clock cpu`` times
 by this thread's CPU time instead of the wall clock: on a machine shared with other jobs the wall time of a step
 also counts the time the process waited for a core, which made the parts of a step seem not to add up.
 
@@ -52,6 +55,7 @@ import argparse
 import functools
 import math
 import os
+import random
 import sys
 import time
 
@@ -549,45 +553,83 @@ def _cpu_time_ms(fn) -> float:
     return (time.thread_time() - t0) * 1e3
 
 
-def bench_parity(widths, device: str, reps: int, clock: str = "wall") -> list[dict]:
+def share_states(opts: dict, params: list[torch.Tensor]) -> int:
+    """Make the optimizers of ``opts`` (all built on ``params``, each stepped once) keep their states in the same
+    tensors wherever their layouts agree (torch's AdamW and ours: ``step``, ``exp_avg``, ``exp_avg_sq``; torch's
+    SGD and ours: ``momentum_buffer``): the first optimizer's tensor of a (parameter, key) is put in the others'
+    state. Returns how many state tensors were replaced. With the parameters and gradients shared too, every
+    optimizer of a round reads and writes the same memory, so a ratio of two steps compares their code and not
+    where their tensors happen to lie (two instances of torch's fused SGD, each on its own copies, differed by
+    3-13% in one process here, 2026-11-28)."""
+    first: dict[tuple[int, str], torch.Tensor] = {}
+    replaced = 0
+    for opt in opts.values():
+        for i, p in enumerate(params):
+            state = opt.state.get(p, {})
+            for key, value in list(state.items()):
+                if not isinstance(value, torch.Tensor):
+                    continue
+                mine = first.setdefault((i, key), value)
+                if mine is not value and (mine.shape, mine.dtype, mine.device) == (value.shape, value.dtype,
+                                                                                      value.device):
+                    state[key] = mine
+                    replaced += 1
+    return replaced
+
+
+# written before each timed parity step (not timed): a training step's forward and backward leave the optimizer's
+# tensors and Python objects out of the CPU's caches, and so does this (the largest CPU caches here hold 32 MiB)
+FLUSH_BYTES = 64 << 20
+
+
+def bench_parity(widths, device: str, reps: int, clock: str = "wall", instances: int = 3) -> list[dict]:
     """Eager step of the plain presets against torch at each width: one step of every optimizer per round
-    (interleaved rounds), medians of the per-round ratios. AdamW and SGD against torch's AdamW / SGD
-    (momentum 0.9), foreach and fused; Lion and Signum (no torch counterpart) against torch AdamW. Also the
-    non-finite check alone (what a checked AdamW / SGD step does beyond torch's fused kernel), timed on the
-    AdamW optimizer's gradients in the same rounds. ``clock``: ``"wall"`` (device-synchronised wall time) or
+    (interleaved rounds, in a random order each round), medians of the per-round ratios. AdamW and
+    SGD against torch's AdamW / SGD (momentum 0.9), foreach and fused; Lion and Signum (no torch counterpart)
+    against torch AdamW. Also the non-finite check alone (what a checked AdamW / SGD step does beyond torch's
+    fused kernel), timed on the same gradients in the same rounds. All optimizers step the same parameters and
+    gradients and share their states where the layouts agree (:func:`share_states`), each through ``instances``
+    optimizer objects taken in turn; on a CPU a 64 MiB buffer is written before each timed step
+    (caches cold, as after a forward and backward pass). ``clock``: ``"wall"`` (device-synchronised wall time) or
     ``"cpu"`` (this thread's CPU time, CPU device only)."""
     timer = _cpu_time_ms if clock == "cpu" else (lambda fn: time_fn(fn, device, warmup=0, reps=1))
+    flush = torch.empty(FLUSH_BYTES // 4) if torch.device(device).type == "cpu" else None
     rows = []
     for d in widths:
         shapes = width_shapes(d)
         gen = torch.Generator(device=device).manual_seed(d)
-        init = [torch.randn(s, device=device, generator=gen) * 0.02 for s in shapes]
-        grads = [torch.randn(s, device=device, generator=gen) * 1e-2 for s in shapes]
+        params = [torch.nn.Parameter(torch.randn(s, device=device, generator=gen) * 0.02) for s in shapes]
+        for p in params:
+            p.grad = torch.randn(p.shape, device=device, generator=gen) * 1e-2
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
         opts, calls = {}, {}
         for name, make in parity_makers(device).items():
-            ps = [torch.nn.Parameter(t.clone()) for t in init]
-            for p, g in zip(ps, grads):
-                p.grad = g.clone()
             try:
-                opts[name] = make(ps)
-                if name in GIVEN_NORM:
-                    norm = torch.nn.utils.get_total_norm([p.grad for p in ps], foreach=True)
-                    opts[name].step(grad_norm=norm)
-                    calls[name] = functools.partial(opts[name].step, grad_norm=norm)
-                else:
-                    opts[name].step()
-                    calls[name] = opts[name].step
+                for k in range(instances):
+                    opt = opts[(name, k)] = make(params)
+                    if name in GIVEN_NORM:
+                        opt.step(grad_norm=norm)
+                        calls.setdefault(name, []).append(functools.partial(opt.step, grad_norm=norm))
+                    else:
+                        opt.step()
+                        calls.setdefault(name, []).append(opt.step)
             except (TypeError, RuntimeError) as e:  # an option or a fused kernel this version lacks
                 print(f"d={d}: {name} left out ({str(e).splitlines()[0][:120]})")
-                opts.pop(name, None)
+                for k in range(instances):
+                    opts.pop((name, k), None)
                 calls.pop(name, None)
-        if "AdamW" in opts and hasattr(opts["AdamW"], "_finite_flag"):
-            checked = [p.grad for g in opts["AdamW"].param_groups for p in g["params"]]
-            calls[CHECK] = lambda o=opts["AdamW"], gs=checked: o._finite_flag(gs)
-        times = {name: [] for name in calls}
-        for _ in range(reps):
-            for name, fn in calls.items():
-                times[name].append(timer(fn))
+        share_states(opts, params)
+        if ("AdamW", 0) in opts and hasattr(opts[("AdamW", 0)], "_finite_flag"):
+            calls[CHECK] = [lambda o=opts[("AdamW", k)], gs=[p.grad for p in params]: o._finite_flag(gs)
+                            for k in range(instances)]
+        names = list(calls)
+        times = {name: [] for name in names}
+        order = random.Random(d)
+        for r in range(reps):
+            for name in order.sample(names, len(names)):  # (rotated, each step had the same predecessor: the
+                if flush is not None:                      # same code just before it ran up to 6% faster)
+                    flush.fill_(float(r))
+                times[name].append(timer(calls[name][r % instances]))
 
         def med(xs):
             return sorted(xs)[len(xs) // 2]
@@ -595,7 +637,7 @@ def bench_parity(widths, device: str, reps: int, clock: str = "wall") -> list[di
         def ratio(a, b, times=times):
             return med([x / y for x, y in zip(times[a], times[b])]) if b in times else float("nan")
 
-        for name in calls:
+        for name in names:
             if name.startswith("torch"):
                 continue
             base = GIVEN_NORM.get(name) or (PARITY[name][0] if name in PARITY else None)

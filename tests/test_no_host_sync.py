@@ -128,6 +128,10 @@ def test_optimizer_step_has_no_host_reads(name, kw, multi_tensor):
         cls = _MultiTensor if cls is O.Spectra else type(f"Multi{name}", (cls, _MultiTensor), {})
     params = _params()
     opt = cls(params, lr=1e-2, warmup_steps=2, **kw) if name != "Muon" else cls(params, lr=1e-2)
+    # an eager step of CPU tensors reads its check's verdict (nothing to wait for on a CPU); with a gradient on a
+    # GPU it never does (Spectra._flags_on_host, tests/optim/test_host_flag.py): check the rest as a GPU runs it
+    assert opt._flags_on_host([torch.zeros(1)], None) is not multi_tensor
+    opt._flags_on_host = lambda grads, grad_norm: False
     for k in range(3):
         for p in params:
             p.grad = torch.randn_like(p)
@@ -193,6 +197,7 @@ def test_gram_route_reads_no_tensor_value(name, kw, monkeypatch):
     monkeypatch.setattr(lmo, "GRAM_DEVICE_TYPES", ("cpu",))
     params = _params()
     opt = O.Spectra(params, lr=1e-2, warmup_steps=2, **kw)
+    opt._flags_on_host = lambda grads, grad_norm: False  # (the step's own verdict read: see above)
     x = torch.randn(3, 24, 40)
     for k in range(2):
         for p in params:

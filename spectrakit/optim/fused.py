@@ -11,7 +11,9 @@ tensors by device and dtype, which the route's conditions already ensure): one p
 gradient and its state, where the general pipeline makes ~10 (on a GPU, where a step of small tensors costs its
 kernel launches, also far fewer launches). The skip of a step with a non-finite gradient is the kernel's own
 ``found_inf`` (the flag of the optimizer's check, a 0-d tensor: the kernel leaves parameters and moments unchanged,
-the step counters are advanced by ``ok``); no value is read in Python. SGD's decoupled weight decay
+the step counters are advanced by ``ok``); no value is read in Python. An eager step of CPU tensors, whose flag a
+read costs nothing, decides on the host instead (``Spectra._flags_on_host``): a taken step calls the kernel without
+``found_inf``, a skipped one calls nothing (what ``found_inf`` does). SGD's decoupled weight decay
 ``(1 - lr wd ok) p`` is one multiplication before the kernel (torch's SGD decay is coupled).
 
 The kernel walks the tensors in reverse order: the non-finite check has just read the gradients in order, so the

@@ -54,6 +54,7 @@ step there, against torch AdamW's 11.9 s; an operator call compiles nothing.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -140,11 +141,44 @@ def aminmax_within(grads: list[torch.Tensor], bound: float) -> torch.Tensor:
     (:func:`_aminmax_out`)."""
     dtype = grads[0].dtype
     if any(g.dtype is not dtype for g in grads):
-        return (torch.stack([x.double() for g in grads for x in torch.aminmax(g)]).abs() <= bound).all()
+        return all_within(torch.stack([x.double() for g in grads for x in torch.aminmax(g)]), bound)
     buf, views = _aminmax_out(len(grads), dtype, grads[0].device)
     for g, lo_hi in zip(grads, views):
         torch.aminmax(g, out=lo_hi)
-    return (buf.abs() <= bound).all()
+    return all_within(buf, bound)
+
+
+def aminmax_within_host(grads: list[torch.Tensor], bound: float) -> bool:
+    """:func:`aminmax_within`'s verdict as a Python bool, for CPU gradients: the ``2n`` extremes are read with one
+    ``tolist()`` and compared in Python with the bound rounded to the gradients' dtype (where it rounds to inf,
+    float16, with ``isfinite``), as the tensor comparison does; no operation on 0-d tensors after the
+    reductions. Mixed dtypes: the tensor verdict, read."""
+    dtype = grads[0].dtype
+    if any(g.dtype is not dtype for g in grads):
+        return bool(aminmax_within(grads, bound))
+    buf, views = _aminmax_out(len(grads), dtype, grads[0].device)
+    for g, lo_hi in zip(grads, views):
+        torch.aminmax(g, out=lo_hi)
+    b = _bound_in(dtype, bound)
+    if b == math.inf:
+        return all(map(math.isfinite, buf.view(-1).tolist()))
+    return all(-b <= x <= b for x in buf.view(-1).tolist())  # (false for NaN)
+
+
+@functools.cache
+def _bound_in(dtype: torch.dtype, bound: float) -> float:
+    """``bound`` rounded to ``dtype`` (what a comparison of a ``dtype`` tensor with the number uses)."""
+    return torch.tensor(bound, dtype=dtype).item()
+
+
+def all_within(x: torch.Tensor, bound: float) -> torch.Tensor:
+    """0-d bool tensor: every entry of ``x`` is finite and ``|x| <= bound``, compared in ``x``'s dtype. Where
+    ``bound`` exceeds the dtype's largest finite value (float16: 65504), the bound rounds to inf there and
+    ``inf <= inf`` would pass an infinite entry; every finite entry is then within the bound, so the test is
+    ``isfinite``."""
+    if torch.finfo(x.dtype).max < bound:
+        return torch.isfinite(x).all()
+    return (x.abs() <= bound).all()
 
 
 def grads_within(grads: list[torch.Tensor], bound: float, per_tensor: bool = False) -> torch.Tensor:
@@ -153,7 +187,7 @@ def grads_within(grads: list[torch.Tensor], bound: float, per_tensor: bool = Fal
     :func:`aminmax_within`; else torch's multi-tensor inf-norm kernel (one launch for the list on a GPU)."""
     if per_tensor:
         return aminmax_within(grads, bound)
-    return (stack_scalars(torch._foreach_norm(grads, float("inf"))) <= bound).all()
+    return all_within(stack_scalars(torch._foreach_norm(grads, float("inf"))), bound)
 
 
 def count_step(counter: torch.Tensor) -> None:

@@ -53,7 +53,10 @@ passes but changes the last bits, which the FSDP2-vs-single-process Muon trainin
 Non-finite gradient policy: if ANY gradient of the step contains inf/nan, the whole step is a no-op
 (parameters, moments and per-parameter ``step`` counters unchanged) and every group's
 ``skipped_steps`` (0-d int64 tensor, saved in ``state_dict``) grows by one. This is decided by tensor
-arithmetic (``ok`` multiplies every state/parameter update), never by a Python ``if`` on a tensor.
+arithmetic (``ok`` multiplies every state/parameter update), never by a Python ``if`` on a tensor of a
+device: only an eager step whose gradients, norm and learning rates are CPU tensors or numbers (where a read
+waits for nothing) reads the verdict as a Python bool, and the fused route then calls torch's kernel without
+``found_inf`` or not at all (:meth:`Spectra._flags_on_host`; the same numbers, tests/optim/test_host_flag.py).
 Non-finite entries of ``p.grad`` are not modified; the copies in the work tensor are zeroed. Given
 ``step(grad_norm=...)`` (a norm of the gradients, e.g. what ``clip_grad_norm_`` returned), the decision is
 taken from it instead of a pass over the gradients: a NaN or infinite norm, or one above the bound below.
@@ -105,6 +108,7 @@ from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, once, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_, number_tensor
 from spectrakit.optim.opaque import (
+    aminmax_within_host,
     count_step_op,
     finite_one_,
     finite_op,
@@ -576,6 +580,31 @@ class Spectra(torch.optim.Optimizer):
         against 66.1 s; ``benchmarks/bench_compile.py --names "SpectraAdamW flag copies"``)."""
         return cls._per_tensor(device)
 
+    def _flags_on_host(self, grads: list[torch.Tensor], grad_norm: torch.Tensor | None) -> bool:
+        """Whether this step decides its non-finite check on the host: an eager step (not traced by
+        ``torch.compile``: a value read would break the graph) whose gradients, ``grad_norm`` and learning
+        rates are CPU tensors or numbers. Reading a CPU value waits for no device, and the verdict as a Python
+        bool spares the flag's operations on 0-d tensors (the comparison's result cast to float, ``found_inf``,
+        the skip counter's comparison and addition), which cost 50-90 us of a step whose caches are cold
+        (measured on a CPU core: docs/BENCHMARKS.md, "Parity on shared tensors, and the check decided on the
+        host"). A flag copied from a GPU
+        without blocking could not be read before a synchronisation: any CUDA tensor among them keeps the
+        tensor flag, and so does the multi-tensor code path forced on a CPU (the GPU's, which a study on a CPU
+        then measures as it runs there)."""
+        if torch.compiler.is_compiling() or (grad_norm is not None and not grad_norm.is_cpu):
+            return False
+        if any(isinstance(g["lr"], torch.Tensor) for g in self.param_groups):
+            return False  # (a tensor lr is folded into the tensor flag, never read)
+        return all(g.is_cpu for g in grads) and self._per_tensor(grads[0].device)  # (the CPU's own code path)
+
+    def _host_finite(self, grads: list[torch.Tensor], grad_norm: torch.Tensor | None) -> bool:
+        """The verdict of :meth:`_finite_flag` as a Python bool, for a step that decides it on the host
+        (:meth:`_flags_on_host`): ``grad_norm <= GRAD_BOUND`` compared in float32, or every gradient entry
+        finite and within the bound (:func:`~spectrakit.optim.opaque.aminmax_within_host`)."""
+        if grad_norm is not None:
+            return bool(grad_norm.float() <= GRAD_BOUND)
+        return aminmax_within_host(grads, GRAD_BOUND)
+
     def _device_finite(self, grads: list[torch.Tensor]) -> torch.Tensor:
         """0-d bool: every entry of ``grads`` (same device) is finite and at most :data:`GRAD_BOUND` in
         magnitude (NaN fails the comparison). Multi-tensor device: the fused
@@ -846,7 +875,9 @@ class Spectra(torch.optim.Optimizer):
         checked = grads if all(g["check_finite"] for g in self.param_groups) else [
             p.grad for g in self.param_groups if g["check_finite"] for p in g["params"]
             if p.grad is not None and p.numel() > 0]
-        ok = self._finite_flag(checked, grad_norm) if checked else None  # None: no gradient is checked
+        # on the host (an eager step of CPU tensors): the verdict as a Python bool, no flag tensor
+        good = self._host_finite(checked, grad_norm) if checked and self._flags_on_host(grads, grad_norm) else None
+        ok = None if good is not None or not checked else self._finite_flag(checked, grad_norm)
         hyper = None
         for group in self.param_groups:  # tensor hyperparameters (a tensor lr): folded in, never read
             if isinstance(group["lr"], torch.Tensor):
@@ -857,12 +888,18 @@ class Spectra(torch.optim.Optimizer):
             ok = hyper if ok is None else ok * hyper.to(ok.device, non_blocking=True)
         self._post_flags.clear()
         for group in self.param_groups:  # an unchecked group still follows a bad tensor lr
-            self._step_group(group, ok if group["check_finite"] else hyper)
+            if group["check_finite"]:
+                self._step_group(group, ok, good)
+            else:
+                self._step_group(group, hyper)
         taken = ok
         for f in self._post_flags:  # a batch whose post-transform gave a non-finite update was not applied
             taken = f if taken is None else taken * f.to(taken.device, non_blocking=True)
         self._post_flags.clear()
-        if taken is not None:
+        if good is not None:  # (CPU flags: read; a taken step adds nothing to the counter)
+            good = good and (taken is None or bool(taken))
+            taken = skipped = None if good else torch.ones((), dtype=torch.int64)
+        elif taken is not None:
             skipped = taken == 0  # (a product of 0/1 flags; one op where 1 - taken and a cast are two)
         for group in self.param_groups:
             if taken is not None:
@@ -968,16 +1005,22 @@ class Spectra(torch.optim.Optimizer):
             pre_c_k = None
         return c_k, pre_c_k
 
-    def _step_group(self, group: dict, ok: torch.Tensor | None) -> None:
+    def _step_group(self, group: dict, ok: torch.Tensor | None, good: bool | None = None) -> None:
         """One step of ``group``; ``ok``: the step's 0-d fp32 flag (1 take, 0 skip), or None where nothing
-        can cancel it (``check_finite=False`` and a Python-number ``lr``)."""
+        can cancel it (``check_finite=False`` and a Python-number ``lr``); ``good``: instead of ``ok``, the
+        verdict of a step whose flags are decided on the host (:meth:`_flags_on_host`): the fused route then
+        calls its kernel without ``found_inf``, or nothing, and the others get the flag as a tensor."""
         if group["torch_kernel"]:
             params = [p for p in group["params"] if p.grad is not None and p.numel() > 0]
             fb = fused_base(group, params)
             if fb is not None:  # torch's fused kernel (spectrakit.optim.fused)
+                if good is False:  # (what found_inf does: no write at all)
+                    return
                 state = self.state
                 fused_step_(fb, group, params, [state[p] for p in params], ok)
                 return
+        if good is not None:
+            ok = (torch.ones if good else torch.zeros)((), dtype=torch.float32)  # (the flag _finite_flag makes)
         base = BASES[group["base"]]
         c_k, pre_c_k = self._clip_thresholds(group)
         lr = group["lr"]

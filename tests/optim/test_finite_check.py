@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import spectrakit.optim as O
-from spectrakit.optim.opaque import grads_within_op
+from spectrakit.optim.opaque import grads_within, grads_within_op
 from spectrakit.optim.spectra import GRAD_BOUND
 
 SHAPES = [(7, 5), (), (4,), (3, 2, 2), (1, 1), (64,)]
@@ -41,7 +41,7 @@ def _opt() -> O.Spectra:
     return O.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1, momentum=0.9)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_flag_equals_oracle_on_adversarial_entries(dtype):
     """Every adversarial value at the first, a middle and the last entry of each gradient in turn, alternating
     with clean calls (the buffer of the previous verdict must not leak into the next one)."""
@@ -57,6 +57,7 @@ def test_flag_equals_oracle_on_adversarial_entries(dtype):
                 flag = opt._finite_flag(grads)
                 assert flag.dtype == torch.float32 and flag.shape == ()
                 assert float(flag) == _oracle(grads), (value, i, pos)
+                assert opt._host_finite(grads, None) is (_oracle(grads) == 1.0), (value, i, pos)
                 seen.add(float(flag))
                 assert float(opt._finite_flag(clean)) == 1.0
     assert seen == {0.0, 1.0}
@@ -162,3 +163,36 @@ def test_skip_counter_of_meta_parameters_is_on_the_cpu():
     device at the first step."""
     opt = O.AdamW([torch.nn.Parameter(torch.empty(4, 3, device="meta"))], lr=1e-3)
     assert opt.param_groups[0]["skipped_steps"].device.type == "cpu"
+
+
+@pytest.mark.parametrize("per_tensor", [True, False], ids=["aminmax", "multi-tensor inf-norm"])
+def test_float16_infinity_fails_the_check(per_tensor):
+    """float16 cannot hold the bound (1e18 rounds to inf there), so a comparison with it in float16 passed an
+    infinite entry (``inf <= inf``); the largest finite float16 passes."""
+    for value, expected in [(math.inf, False), (-math.inf, False), (math.nan, False), (65504.0, True),
+                            (-65504.0, True)]:
+        grads = [torch.ones(3, dtype=torch.float16), torch.tensor([1.0, value], dtype=torch.float16)]
+        assert bool(grads_within(grads, GRAD_BOUND, per_tensor)) is expected, value
+
+
+@pytest.mark.parametrize("name", ["SGD", "AdamW", "Lion", "Signum", "SpectraAdamW", "Muon"])
+@pytest.mark.parametrize("value", [math.inf, -math.inf])
+def test_float16_parameters_skip_an_infinite_gradient(name, value):
+    """End to end: the step with an infinite float16 gradient entry changes no parameter and no state and is
+    counted; the next clean step is taken."""
+    gen = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, generator=gen).half()) for s in [(8, 4), (4,)]]
+    opt = getattr(O, name)(params, lr=1e-2)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen).half()
+    opt.step()
+    before = [p.detach().clone() for p in params]
+    states = [{k: v.clone() for k, v in opt.state[p].items() if isinstance(v, torch.Tensor)} for p in params]
+    params[0].grad.view(-1)[5] = value
+    opt.step()
+    assert int(opt.skipped_steps) == 1
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+    assert all(torch.equal(opt.state[p][k], v) for p, st in zip(params, states) for k, v in st.items())
+    params[0].grad.view(-1)[5] = 0.5
+    opt.step()
+    assert int(opt.skipped_steps) == 1 and not torch.equal(params[0], before[0])

@@ -22,13 +22,20 @@ SHAPES = [(8, 6), (6,), (5, 8), (8, 6)]
 PRESETS = ["AdamW", "SGD", "Lion", "SpectraAdamW", "SpectraMARS", "Muon"]
 
 
-def _pair(name: str, seed: int = 0, **kw):
+def _pair(name: str, seed: int = 0, host: bool = True, **kw):
+    """Two optimizers on equal parameters; ``host=False``: both keep the step's flag a tensor as on a GPU (on a
+    CPU the eager step decides it on the host)."""
     gen = torch.Generator().manual_seed(seed)
     init = [torch.randn(s, generator=gen) for s in SHAPES]
     a = [torch.nn.Parameter(x.clone()) for x in init]
     b = [torch.nn.Parameter(x.clone()) for x in init]
     kw = {"momentum": 0.9, **kw} if name == "SGD" else kw
-    return a, getattr(O, name)(a, lr=1e-2, **kw), b, getattr(O, name)(b, lr=1e-2, **kw), gen
+    oa, ob = getattr(O, name)(a, lr=1e-2, **kw), getattr(O, name)(b, lr=1e-2, **kw)
+    for o in (oa, ob):
+        assert o._flags_on_host([p.grad for p in a if p.grad is not None] or [torch.zeros(1)], None)
+        if not host:
+            o._flags_on_host = lambda grads, grad_norm: False
+    return a, oa, b, ob, gen
 
 
 def _grads(a, b, gen, scale=3.0):
@@ -44,11 +51,12 @@ def _same(a, b, oa, ob):
             assert torch.equal(v, ob.state[q][k]), k
 
 
+@pytest.mark.parametrize("host", [True, False], ids=["host flag", "tensor flag"])
 @pytest.mark.parametrize("name", PRESETS)
-def test_given_norm_gives_the_checked_steps(name):
+def test_given_norm_gives_the_checked_steps(name, host):
     """Clipped gradients (``clip_grad_norm_`` at 1.0, its returned norm given), 4 steps: parameters and states
     equal the checked step's bit for bit, no step skipped."""
-    a, oa, b, ob, gen = _pair(name)
+    a, oa, b, ob, gen = _pair(name, host=host)
     for _ in range(4):
         _grads(a, b, gen)
         torch.nn.utils.clip_grad_norm_(a, 1.0)
@@ -74,11 +82,12 @@ def _norms():
     return out
 
 
+@pytest.mark.parametrize("host", [True, False], ids=["host flag", "tensor flag"])
 @pytest.mark.parametrize("name", ["AdamW", "SGD", "SpectraAdamW"])
-def test_skip_follows_the_oracle_on_adversarial_norms(name):
+def test_skip_follows_the_oracle_on_adversarial_norms(name, host):
     """Each norm (0-d, and one of shape (1,)) on clean gradients: taken steps equal the checked step, skipped
     ones leave parameters and states untouched and count in ``skipped_steps``; both verdicts occur."""
-    a, oa, b, ob, gen = _pair(name, seed=1)
+    a, oa, b, ob, gen = _pair(name, seed=1, host=host)
     skipped, verdicts = 0, set()
     for k, (norm, taken) in enumerate(_norms()):
         _grads(a, b, gen, scale=1e-2)

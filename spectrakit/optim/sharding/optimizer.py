@@ -192,6 +192,9 @@ class ShardedSpectraMixin:
                 fn(self, grad_norm=grad_norm)
                 return
 
+    def _flags_on_host(self, grads, grad_norm):
+        return False  # (the flag is all-reduced across the ranks: a tensor)
+
     def _finite_flag(self, grads, grad_norm=None):
         ok = super()._finite_flag(grads, grad_norm)
         groups = {id(lay.group): lay.group for _, lay in self._local.values() if lay.kind != "replicated"}
