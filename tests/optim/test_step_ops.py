@@ -4,6 +4,7 @@ follow changes of the parameters. Counted with a ``TorchDispatchMode`` (every op
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -128,3 +129,25 @@ def test_kept_plans_do_not_accumulate_over_state_dict_loads():
         p.grad = torch.randn_like(p)
     opt.step()
     assert sum(1 for k in opt._scratch_bufs if k[0] == "plan") == len(opt.param_groups) == 2
+
+
+def test_parity_rounds_step_shared_tensors():
+    """``benchmarks/bench_optim.py --parity-widths``: every optimizer steps the same parameters, torch's and our
+    AdamW / SGD keep their states in the same tensors (what the ratios compare is then the code, not where each
+    copy lies), and every row of a small run has finite ratios."""
+    from benchmarks.bench_optim import PARITY, bench_parity, share_states
+
+    params = [torch.nn.Parameter(torch.randn(s)) for s in [(6, 4), (5,)]]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opts = {"torch": torch.optim.AdamW(params, lr=1e-3, fused=True), "ours": O.AdamW(params, lr=1e-3),
+            "torch SGD": torch.optim.SGD(params, lr=1e-3, momentum=0.9), "ours SGD": O.SGD(params, lr=1e-3)}
+    for opt in opts.values():
+        opt.step()
+    assert share_states(opts, params) > 0
+    for p in params:
+        assert all(opts["ours"].state[p][k] is opts["torch"].state[p][k] for k in ("step", "exp_avg", "exp_avg_sq"))
+        assert opts["ours SGD"].state[p]["momentum_buffer"] is opts["torch SGD"].state[p]["momentum_buffer"]
+    rows = bench_parity([8], "cpu", reps=4, clock="cpu", instances=2)
+    assert {r["optimizer"] for r in rows} >= set(PARITY)
+    assert all(math.isfinite(r["/ torch fused"]) and r["step ms"] > 0 for r in rows)
