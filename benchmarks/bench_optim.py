@@ -444,7 +444,10 @@ def _make(name: str, params, cuda: bool):
 def bench_compile(widths, presets, device: str, reps: int, backend: str) -> list[dict]:
     """Eager and compiled step times of ``presets`` and their torch counterparts at each width (see the module
     docstring); one row per (width, optimizer). Every compiled step keeps its own graphs (each optimizer is
-    a separate guard entry of the same ``step`` code: the recompile limit is raised for the run)."""
+    a separate guard entry of the same ``step`` code: the recompile limit is raised for the run). The eager
+    and compiled optimizers of a name step the same tensors (states shared after one eager step each, so the
+    compile time is that of the first compiled call after one eager step); the timed rounds take the steps in
+    a random order, with the CPU's caches flushed before each."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.config.recompile_limit = 64
@@ -460,11 +463,17 @@ def bench_compile(widths, presets, device: str, reps: int, backend: str) -> list
         grads = [torch.randn(s, device=device, generator=gen) * 1e-2 for s in shapes]
         runs = {}
         for name in names:
-            for compiled in (False, True):
-                ps = [torch.nn.Parameter(t.clone()) for t in init]
-                for p, g in zip(ps, grads):
-                    p.grad = g.clone()
-                opt = _make(name, ps, cuda)
+            # the eager and the compiled optimizer of a name step the same parameters and keep their states in
+            # the same tensors (each stepped once eagerly, then shared): their ratio compares the two steps, not
+            # where two copies lie (separate copies moved a step's time by up to 13%, "Parity on shared tensors")
+            ps = [torch.nn.Parameter(t.clone()) for t in init]
+            for p, g in zip(ps, grads):
+                p.grad = g.clone()
+            pair = {compiled: _make(name, ps, cuda) for compiled in (False, True)}
+            for opt in pair.values():
+                opt.step()
+            share_states(pair, ps)
+            for compiled, opt in pair.items():
                 step, info = opt.step, {}
                 if compiled:
                     # graph breaks: torch._dynamo.explain of a twin optimizer (the global counters mix the runs)
@@ -481,13 +490,15 @@ def bench_compile(widths, presets, device: str, reps: int, backend: str) -> list
                         step()
                     info["graphs"] = graphs1 - graphs0
                     info["recompiles"] = counters["stats"]["unique_graphs"] - graphs1
-                else:
-                    step()
                 runs[(name, compiled)] = (step, info)
         times = {k: [] for k in runs}
-        for _ in range(reps):  # interleaved rounds: one step of each
-            for k, (step, _) in runs.items():
-                times[k].append(time_fn(step, device, warmup=0, reps=1))
+        order, keys = random.Random(d), list(runs)
+        flush = None if cuda else torch.empty(FLUSH_BYTES // 4)
+        for r in range(reps):  # interleaved rounds: one step of each, in a random order, caches flushed (CPU)
+            for k in order.sample(keys, len(keys)):
+                if flush is not None:
+                    flush.fill_(float(r))
+                times[k].append(time_fn(runs[k][0], device, warmup=0, reps=1))
 
         def med(xs):
             return sorted(xs)[len(xs) // 2]
