@@ -139,41 +139,42 @@ def aminmax_within(grads: list[torch.Tensor], bound: float) -> torch.Tensor:
     (its min and max are finite and within the bound iff every entry is: NaN propagates, +-inf is the max/min;
     on a CPU about 10x faster than the unvectorised inf-norm), written into a buffer kept across calls
     (:func:`_aminmax_out`)."""
-    dtype = grads[0].dtype
-    if any(g.dtype is not dtype for g in grads):
-        return all_within(torch.stack([x.double() for g in grads for x in torch.aminmax(g)]), bound)
-    buf, views = _aminmax_out(len(grads), dtype, grads[0].device)
-    for g, lo_hi in zip(grads, views):
-        torch.aminmax(g, out=lo_hi)
-    return all_within(buf, bound)
+    return all_within(_extremes(grads), bound)
 
 
 def aminmax_within_host(grads: list[torch.Tensor], bound: float) -> bool:
     """:func:`aminmax_within`'s verdict as a Python bool, for CPU gradients: the ``2n`` extremes are read with one
-    ``tolist()`` and compared in Python with the bound rounded to the gradients' dtype (where it rounds to inf,
-    float16, with ``isfinite``), as the tensor comparison does; no operation on 0-d tensors after the
-    reductions. Mixed dtypes: the tensor verdict, read."""
+    ``tolist()`` and compared in Python with the bound rounded to their dtype (where it rounds to inf, float16,
+    with ``isfinite``), as the tensor comparison does; no operation on 0-d tensors after the reductions."""
+    ext = _extremes(grads)
+    b, values = _bound_in(ext.dtype, bound), ext.view(-1).tolist()
+    if b == math.inf:
+        return all(map(math.isfinite, values))
+    return all(-b <= x <= b for x in values)  # (false for NaN)
+
+
+def _extremes(grads: list[torch.Tensor]) -> torch.Tensor:
+    """The ``(min, max)`` of every gradient: the kept ``(2, n)`` buffer of their dtype, or for gradients of several
+    dtypes a new float64 tensor of the ``2n`` values."""
     dtype = grads[0].dtype
     if any(g.dtype is not dtype for g in grads):
-        return bool(aminmax_within(grads, bound))
+        return torch.stack([x.double() for g in grads for x in torch.aminmax(g)])
     buf, views = _aminmax_out(len(grads), dtype, grads[0].device)
     for g, lo_hi in zip(grads, views):
         torch.aminmax(g, out=lo_hi)
-    b = _bound_in(dtype, bound)
-    if b == math.inf:
-        return all(map(math.isfinite, buf.view(-1).tolist()))
-    return all(-b <= x <= b for x in buf.view(-1).tolist())  # (false for NaN)
+    return buf
 
 
 @functools.cache
 def _bound_in(dtype: torch.dtype, bound: float) -> float:
-    """``bound`` rounded to ``dtype`` (what a comparison of a ``dtype`` tensor with the number uses)."""
+    """``bound`` rounded to ``dtype`` (what a comparison of a ``dtype`` tensor with the number uses), from a CPU
+    tensor: for the host's verdict only."""
     return torch.tensor(bound, dtype=dtype).item()
 
 
 def all_within(x: torch.Tensor, bound: float) -> torch.Tensor:
     """0-d bool tensor: every entry of ``x`` is finite and ``|x| <= bound``, compared in ``x``'s dtype. Where
-    ``bound`` exceeds the dtype's largest finite value (float16: 65504), the bound rounds to inf there and
+    ``bound`` exceeds the dtype's largest finite value (float16: 65504 < 1e18), it rounds to inf there and
     ``inf <= inf`` would pass an infinite entry; every finite entry is then within the bound, so the test is
     ``isfinite``."""
     if torch.finfo(x.dtype).max < bound:
