@@ -254,3 +254,36 @@ def test_bad_tensor_lr_skips_the_step(name, kw, bad):
     lr.fill_(1e-2)
     opt.step()
     assert not any(torch.equal(p, b) for p, b in zip(ps, before) if p.numel() > 1)
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SGD"])
+def test_compiled_floor_study_times_the_step_it_claims(name):
+    """``benchmarks/study_compiled_floor.py`` compares our step with a bare call of the fused operator: that call
+    must compute what the optimizer's (unchecked) step computes, eagerly and traced (``aot_eager``), bit for bit,
+    or its floor would be the floor of some other computation."""
+    from benchmarks.study_compiled_floor import calls
+
+    runs, opt = calls(name, 8, backend="aot_eager", warm=0)
+    params = [p for g in opt.param_groups for p in g["params"]]
+
+    def snapshot():
+        return [t.detach().clone() for p in params for t in (p, *opt.state[p].values())
+                if isinstance(t, torch.Tensor)]
+
+    def restore(saved):
+        with torch.no_grad():
+            for dst, src in zip([t for p in params for t in (p, *opt.state[p].values())
+                                 if isinstance(t, torch.Tensor)], saved):
+                dst.copy_(src)
+
+    start = snapshot()
+    results = {}
+    for key, fn in runs.items():
+        restore(start)
+        fn()
+        fn()
+        results[key] = snapshot()
+    ref = results[("step", False)]
+    assert any(not torch.equal(a, b) for a, b in zip(ref, start))  # the step moved something
+    for key, got in results.items():
+        assert all(torch.equal(a, b) for a, b in zip(got, ref)), key
