@@ -46,8 +46,7 @@ def fork_ranks(args, envs, cwd, timeout=300):
         try:
             for p in procs:
                 p.join(max(0.0, deadline - time.monotonic()))
-            if any(p.exitcode is None for p in procs):
-                pytest.fail(f"{args[1]} on {len(envs)} processes did not finish within {timeout} s")
+            hung = [r for r, p in enumerate(procs) if p.exitcode is None]
         finally:
             for p in procs:
                 if p.is_alive():
@@ -57,6 +56,11 @@ def fork_ranks(args, envs, cwd, timeout=300):
         for out, err in outs:
             with open(out) as fo, open(err) as fe:
                 texts.append((fo.read(), fe.read()))
+    if hung:  # what each process had written, to tell a hang in the rendezvous from one in the job
+        tails = "\n".join(f"--- process {r} (exit code {p.exitcode}): stdout ...{texts[r][0][-1500:]}\n"
+                          f"stderr ...{texts[r][1][-1500:]}" for r, p in enumerate(procs))
+        pytest.fail(f"{args[1]} on {len(envs)} processes did not finish within {timeout} s (processes {hung} "
+                    f"still running)\n{tails}")
     codes = [p.exitcode for p in procs]
     return subprocess.CompletedProcess(args, codes[0], *texts[0]), codes
 
@@ -67,6 +71,8 @@ def torchrun_envs(env, nproc):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # Gloo on the loopback interface: without GLOO_SOCKET_IFNAME it takes the address the host name resolves
+    # to, which on some machines no other process can reach
     base = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(nproc),
-                LOCAL_WORLD_SIZE=str(nproc))
+                LOCAL_WORLD_SIZE=str(nproc), GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"))
     return [dict(base, RANK=str(r), LOCAL_RANK=str(r)) for r in range(nproc)]

@@ -50,7 +50,8 @@ def test_ddp_two_ranks_match_manual_gradient_average(tmp_path, torchrun):
     out = str(tmp_path / "ddp.pt")
     script = tmp_path / "ddp_train.py"
     script.write_text(SCRIPT.format(tests=tests, out=out))
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # a stuck rendezvous or collective ends with gloo's error (in the failure message) before the 300 s kill
+    env = dict(os.environ, OMP_NUM_THREADS="1", SPECTRAKIT_DIST_TIMEOUT="120")
     if torchrun:
         proc = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
