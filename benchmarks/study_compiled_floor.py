@@ -50,10 +50,10 @@ def calls(name: str, d: int, backend: str = "inductor", warm: int = 3) -> tuple[
     opt.step()  # the states the bare calls step too
     states = [opt.state[p] for p in params]
     grads = [p.grad for p in params]
-    steps = [s["step"] for s in states]
     # the bare calls run under no_grad, as the optimizer's step does (the parameters require gradients)
     if name == "AdamW":
         m, v = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+        steps = [s["step"] for s in states]
 
         def bare(op):
             return torch.no_grad()(lambda: op(params, grads, m, v, steps, None, 1e-3, None, 0.9, 0.999, 0.01, 1e-8))
@@ -63,7 +63,7 @@ def calls(name: str, d: int, backend: str = "inductor", warm: int = 3) -> tuple[
         bufs = [s["momentum_buffer"] for s in states]
 
         def bare(op):
-            return torch.no_grad()(lambda: op(params, grads, bufs, steps, None, 1e-3, None, 0.0, 0.9, False))
+            return torch.no_grad()(lambda: op(params, grads, bufs, None, 1e-3, None, 0.0, 0.9, False))
 
         ops = fused._sgd_step, fused._sgd_op
     out = {("bare", False): bare(ops[0]), ("bare", True): torch.compile(bare(ops[1]), backend=backend),

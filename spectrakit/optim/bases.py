@@ -259,13 +259,14 @@ def foreach_select_(targets: list[torch.Tensor], ends: list[torch.Tensor], ok: t
     torch._foreach_lerp_(targets, ends, [ok] * len(targets))
 
 
-def advance_steps(states: list[dict], ok: torch.Tensor, stacked: bool = True) -> torch.Tensor | None:
+def advance_steps(states: list[dict], ok: torch.Tensor) -> torch.Tensor:
     """``step <- step + ok`` for every state; returns the new steps as a ``(B,)`` tensor, at least 1
-    (so that bias corrections of a skipped first step stay finite; the update is zeroed anyway), or None
-    with ``stacked=False`` (a base whose direction does not read the step: two ops per batch fewer)."""
+    (so that bias corrections of a skipped first step stay finite; the update is zeroed anyway). Only the
+    bases whose direction reads the step keep one (AdamW, AdEMAMix, MARS); SGD, Signum and Lion keep their
+    moment alone, as torch.optim.SGD and torch.optim.Muon do."""
     steps = [s["step"] for s in states]
     torch._foreach_add_(steps, ok, alpha=1.0)  # alpha selects the Tensor overload: no host read of ok
-    return torch.stack(steps).clamp_min(1.0) if stacked else None
+    return torch.stack(steps).clamp_min(1.0)
 
 
 class AdamW:
@@ -346,6 +347,7 @@ class Signum:
     ``nesterov``."""
 
     name = "signum"
+    keeps_step = False  # its direction never reads a step: no counter (state as torch's)
     defaults = {"momentum": 0.9, "nesterov": False}
 
     def validate(self, group):
@@ -354,14 +356,13 @@ class Signum:
         )
 
     def init_state(self, p):
-        return {"step": _step(p), "momentum_buffer": _zeros(p)}
+        return {"momentum_buffer": _zeros(p)}
 
     chains = True
     squares = False  # a skipped step only needs the non-finite gradient entries zeroed (see Spectra._step_group)
 
     def direction_(self, w, states, group, ok, scale=None):
         b, u = group["momentum"], w.u
-        advance_steps(states, ok, stacked=False)
         m = [s["momentum_buffer"] for s in states]
         wt = w.weight(1 - b, ok)
         if w.per_tensor:  # tensor by tensor (see Work)
@@ -418,6 +419,7 @@ class SGD:
     ``nesterov``."""
 
     name = "sgd"
+    keeps_step = False  # its direction never reads a step: no counter (state as torch's)
     defaults = {"momentum": 0.9, "dampening": 0.0, "nesterov": False}
 
     def validate(self, group):
@@ -427,14 +429,13 @@ class SGD:
         check_scalar(group["dampening"], "dampening", low=0.0, high=1.0, allow_tensor=False)
 
     def init_state(self, p):
-        return {"step": _step(p), "momentum_buffer": _zeros(p)}
+        return {"momentum_buffer": _zeros(p)}
 
     chains = True
     squares = False  # a skipped step only needs the non-finite gradient entries zeroed (see Spectra._step_group)
 
     def direction_(self, w, states, group, ok, scale=None):
         b, d, u = group["momentum"], group["dampening"], w.u
-        advance_steps(states, ok, stacked=False)
         m = [s["momentum_buffer"] for s in states]
         # (1-d) g, zero on a skipped step; b m, unchanged then
         fg = w.weight(1 - d, ok)
@@ -470,13 +471,14 @@ class Lion:
     Hyperparameters: ``betas`` in [0,1)^2 (default (0.9, 0.99))."""
 
     name = "lion"
+    keeps_step = False  # its direction never reads a step: no counter (state as torch's)
     defaults = {"betas": (0.9, 0.99)}
 
     def validate(self, group):
         _check_betas(group["betas"], 2)
 
     def init_state(self, p):
-        return {"step": _step(p), "exp_avg": _zeros(p)}
+        return {"exp_avg": _zeros(p)}
 
     chains = True
     squares = False  # a skipped step only needs the non-finite gradient entries zeroed (see Spectra._step_group)
@@ -484,7 +486,6 @@ class Lion:
     def direction_(self, w, states, group, ok, scale=None):
         b1, b2 = group["betas"]
         u = w.u
-        advance_steps(states, ok, stacked=False)
         m = [s["exp_avg"] for s in states]
         wt = w.weight(1 - b2, ok)
         if w.per_tensor:  # tensor by tensor (see Work)

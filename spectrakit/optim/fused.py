@@ -11,7 +11,7 @@ tensors by device and dtype, which the route's conditions already ensure): one p
 gradient and its state, where the general pipeline makes ~10 (on a GPU, where a step of small tensors costs its
 kernel launches, also far fewer launches). The skip of a step with a non-finite gradient is the kernel's own
 ``found_inf`` (the flag of the optimizer's check, a 0-d tensor: the kernel leaves parameters and moments unchanged,
-the step counters are advanced by ``ok``); no value is read in Python. An eager step of CPU tensors, whose flag a
+AdamW's step counters are advanced by ``ok``); no value is read in Python. An eager step of CPU tensors, whose flag a
 read costs nothing, decides on the host instead (``Spectra._flags_on_host``): a taken step calls the kernel without
 ``found_inf``, a skipped one calls nothing (what ``found_inf`` does). SGD's decoupled weight decay
 ``(1 - lr wd ok) p`` is one multiplication before the kernel (torch's SGD decay is coupled).
@@ -121,9 +121,9 @@ def _adamw_step(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs:
 
 
 def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], momentum_buffers: list[torch.Tensor],
-              steps: list[torch.Tensor], ok: torch.Tensor | None, lr: float, lr_tensor: torch.Tensor | None,
-              weight_decay: float, momentum: float, nesterov: bool) -> None:
-    _advance(steps, ok)
+              ok: torch.Tensor | None, lr: float, lr_tensor: torch.Tensor | None, weight_decay: float,
+              momentum: float, nesterov: bool) -> None:
+    # (no step counters: SGD keeps its momentum alone, as torch.optim.SGD does)
     if weight_decay != 0:  # decoupled decay (1 - lr wd ok) p, as the pipeline's; torch's SGD decay is coupled
         if lr_tensor is None:
             lr_wd = lr * weight_decay
@@ -143,7 +143,7 @@ _LIB = torch.library.Library("spectrakit", "FRAGMENT")
 _LIB.define("fused_adamw_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
             "Tensor(d!)[] steps, Tensor? ok, float lr, Tensor? lr_tensor, float beta1, float beta2, "
             "float weight_decay, float eps) -> ()")
-_LIB.define("fused_sgd_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, Tensor(c!)[] steps, "
+_LIB.define("fused_sgd_step_(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] momentum_buffers, "
             "Tensor? ok, float lr, Tensor? lr_tensor, float weight_decay, float momentum, bool nesterov) -> ()")
 _LIB.impl("fused_adamw_step_", _adamw_step, "CompositeExplicitAutograd")
 _LIB.impl("fused_sgd_step_", _sgd_step, "CompositeExplicitAutograd")
@@ -162,7 +162,6 @@ def fused_step_(base: str, group: dict, params: list[torch.Tensor], states: list
     if ok is not None and ok.device != params[0].device:  # the flag of groups on several devices: one copy each
         ok = ok.to(params[0].device, non_blocking=True)
     grads = [p.grad for p in params]
-    steps = [s["step"] for s in states]
     compiling = torch.compiler.is_compiling()
     lr, wd = group["lr"], float(group["weight_decay"])
     lr, lr_tensor = (0.0, lr.detach()) if isinstance(lr, torch.Tensor) else (float(lr), None)
@@ -172,8 +171,9 @@ def fused_step_(base: str, group: dict, params: list[torch.Tensor], states: list
     if base == "adamw":
         b1, b2 = group["betas"]
         (_adamw_op if compiling else _adamw_step)(
-            params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], steps, ok, lr, lr_tensor,
+            params, grads, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+            [s["step"] for s in states], ok, lr, lr_tensor,
             float(b1), float(b2), wd, float(group["eps"]))
         return
-    (_sgd_op if compiling else _sgd_step)(params, grads, [s["momentum_buffer"] for s in states], steps, ok, lr,
+    (_sgd_op if compiling else _sgd_step)(params, grads, [s["momentum_buffer"] for s in states], ok, lr,
                                           lr_tensor, wd, float(group["momentum"]), bool(group["nesterov"]))

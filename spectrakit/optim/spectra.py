@@ -511,6 +511,10 @@ class Spectra(torch.optim.Optimizer):
                     k: (v.to(device=p.device, copy=True) if torch.is_tensor(v) else v)
                     for k, v in saved_state[pid].items()
                 }
+        for g in self.param_groups:  # states saved when SGD, Signum and Lion still counted steps: the count goes
+            if not getattr(BASES[g["base"]], "keeps_step", True):
+                for p in g["params"]:
+                    self.state.get(p, {}).pop("step", None)
         for g in self.param_groups:
             g["skipped_steps"] = g["skipped_steps"].to(device=_home(g), copy=True)
             g.setdefault("capturable", True)
@@ -602,6 +606,8 @@ class Spectra(torch.optim.Optimizer):
         (:meth:`_flags_on_host`): ``grad_norm <= GRAD_BOUND`` compared in float32, or every gradient entry
         finite and within the bound (:func:`~spectrakit.optim.opaque.aminmax_within_host`)."""
         if grad_norm is not None:
+            if grad_norm.dtype == torch.float32:  # its value compared as a double: the float32 comparison's
+                return grad_norm.item() <= GRAD_BOUND  # verdict (no float32 lies between f32(1e18) and 1e18)
             return bool(grad_norm.float() <= GRAD_BOUND)
         return aminmax_within_host(grads, GRAD_BOUND)
 

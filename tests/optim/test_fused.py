@@ -68,7 +68,10 @@ def test_bad_gradient_skips_the_whole_step(name, kw, bad):
     init = _init()
     ours, opt = _run(lambda ps: getattr(O, name)(ps, **kw), init, 8, bad=(4, bad))
     assert int(opt.skipped_steps) == 1
-    assert all(float(opt.state[p]["step"]) == 7 for p in ours)
+    if name == "AdamW":
+        assert all(float(opt.state[p]["step"]) == 7 for p in ours)
+    else:  # SGD keeps its momentum alone, as torch's does
+        assert all(opt.state[p].keys() == {"momentum_buffer"} for p in ours)
     # the same gradients without step 4: replay the generator and drop that step
     params = [torch.nn.Parameter(x.clone()) for x in init]
     ref = TORCH[name](params, **kw)

@@ -478,3 +478,45 @@ def test_hooks_get_params_and_pre_clip_and_alpha_is_overridable():
     # the pre-clip is the hard clip of the raw gradient at 0.5: the matrix update is post(hard(g))
     want = _soft(0.3)(_hard(0.5)(grads[0]))
     torch.testing.assert_close(qs[0].detach(), init[0] - 0.1 * 1.5 ** 0.5 * want, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Signum", "Lion", "Muon"])
+def test_momentum_bases_keep_no_step_counter_and_load_older_states(name):
+    """SGD, Signum, Lion (and Muon, the SGD direction) keep their moment alone, as torch.optim.SGD and
+    torch.optim.Muon do (their directions never read a step). A state dict saved when they still counted steps
+    (a ``step`` per parameter) loads without it and continues bit for bit like the run that was not
+    interrupted."""
+    torch.manual_seed(0)
+    init = [torch.randn(6, 4), torch.randn(4)]
+    grads = [[torch.randn_like(x) for x in init] for _ in range(5)]
+
+    def run(opt, params, steps):
+        for gs in steps:
+            for p, g in zip(params, gs):
+                p.grad = g.clone()
+            opt.step()
+
+    ref_params = [torch.nn.Parameter(x.clone()) for x in init]
+    ref = getattr(O, name)(ref_params, lr=1e-2)
+    run(ref, ref_params, grads)
+    if name == "SGD":
+        torch_params = [torch.nn.Parameter(x.clone()) for x in init]
+        torch_sgd = torch.optim.SGD(torch_params, lr=1e-2, momentum=0.9)
+        run(torch_sgd, torch_params, grads[:1])
+    for p in ref_params:
+        assert "step" not in ref.state[p]
+        if name == "SGD":
+            assert ref.state[p].keys() == torch_sgd.state[torch_params[0]].keys()
+
+    a = [torch.nn.Parameter(x.clone()) for x in init]
+    opt = getattr(O, name)(a, lr=1e-2)
+    run(opt, a, grads[:2])
+    saved = opt.state_dict()
+    for st in saved["state"].values():  # the older layout
+        st["step"] = torch.tensor(2.0)
+    b = [torch.nn.Parameter(p.detach().clone()) for p in a]
+    resumed = getattr(O, name)(b, lr=1e-2)
+    resumed.load_state_dict(saved)
+    assert all("step" not in resumed.state[p] for p in b)
+    run(resumed, b, grads[2:])
+    assert all(torch.equal(p, q) for p, q in zip(b, ref_params))
