@@ -185,8 +185,14 @@ def _count_step(group: dict) -> None:
     counter = group["steps_taken"]
     if torch.compiler.is_compiling() and isinstance(counter, torch.Tensor):
         count_step_op(counter)
+    elif isinstance(counter, torch.Tensor) and counter.dtype is torch.int64 and counter.is_cpu:
+        counter.add_(_ONE_INT64)  # (a tensor operand: ~17 us with cold caches, ``+= 1`` ~30 us)
     else:
         group["steps_taken"] += 1
+
+
+# the step counter's increment, kept (read only): adding a Python number wraps it in a tensor at every call
+_ONE_INT64 = torch.ones((), dtype=torch.int64)
 
 
 def _traced_foreach(pre_c_k) -> bool:
