@@ -471,7 +471,7 @@ class Lion:
     Hyperparameters: ``betas`` in [0,1)^2 (default (0.9, 0.99))."""
 
     name = "lion"
-    keeps_step = False  # its direction never reads a step: no counter (state as torch's)
+    keeps_step = False  # its direction never reads a step: no counter
     defaults = {"betas": (0.9, 0.99)}
 
     def validate(self, group):
