@@ -1,111 +1,58 @@
 """``torch.distributed.checkpoint`` (DCP) folders, read without running code from them.
 
 DCP reads its ``.metadata`` file with plain ``pickle.load`` and non-tensor entries with
-``torch.load(weights_only=False)``: either can execute code from a crafted file. :func:`check_metadata`
-unpickles ``.metadata`` first with an exact allow-list of ``(module, name)`` pairs, and :func:`load_dcp` reads
-non-tensor entries with ``weights_only=True``.
+``torch.load(weights_only=False)``: either can execute code from a crafted file. :func:`load_dcp` reads
+``.metadata`` once with our restricted reader (:func:`~spectrakit.checkpoint.metadata.read_metadata`) and
+hands DCP that object through its own storage reader, so DCP never unpickles the file; non-tensor entries
+are read with ``weights_only=True``.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-import io
 import os
-import pathlib
-import pickle
 
 import torch
 
+from spectrakit.checkpoint.metadata import METADATA, METADATA_GLOBALS, read_metadata
+
 # (torch.distributed.checkpoint is imported by the functions that use it: it takes ~1.6 s, which every
 # command-line start paid, ``spectrakit --help`` included)
-
-METADATA = ".metadata"
-# The classes and functions a DCP ``.metadata`` pickle may name, exactly: DCP's metadata dataclasses, the
-# storage record of the file system writer, torch.Size, the layout look-up and paths. Each is checked to be
-# defined in that module (never an attribute that module imported from elsewhere, such as ``os.system``).
-METADATA_GLOBALS = frozenset({
-    ("torch.distributed.checkpoint.metadata", "Metadata"),
-    ("torch.distributed.checkpoint.metadata", "MetadataIndex"),
-    ("torch.distributed.checkpoint.metadata", "StorageMeta"),
-    ("torch.distributed.checkpoint.metadata", "TensorProperties"),
-    ("torch.distributed.checkpoint.metadata", "TensorStorageMetadata"),
-    ("torch.distributed.checkpoint.metadata", "BytesStorageMetadata"),
-    ("torch.distributed.checkpoint.metadata", "ChunkStorageMetadata"),
-    ("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING"),
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("torch.serialization", "_get_layout"),
-    ("torch", "Size"),
-    ("pathlib", "Path"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
-    ("pathlib", "PureWindowsPath"),
-})
-
-
-def _allowed(module: str, name: str):
-    """The object ``module.name`` if the pair may appear in DCP metadata, else None."""
-    if module == "torch" and name.isidentifier() and isinstance(getattr(torch, name, None), torch.dtype):
-        return getattr(torch, name)  # a dtype value (not callable)
-    if (module, name) not in METADATA_GLOBALS:
-        return None
-    obj = getattr(importlib.import_module(module), name, None)
-    if module == "pathlib":  # the path classes live in a private submodule on some Python versions
-        return obj if isinstance(obj, type) and issubclass(obj, pathlib.PurePath) else None
-    return obj if getattr(obj, "__module__", None) == module and callable(obj) else None
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        obj = _allowed(module, name) if isinstance(module, str) and isinstance(name, str) else None
-        if obj is None:
-            raise pickle.UnpicklingError(f"{str(module)[:80]}.{str(name)[:80]} is not allowed in checkpoint "
-                                         "metadata")
-        return obj
-
-    def persistent_load(self, pid):
-        raise pickle.UnpicklingError("persistent references are not allowed in checkpoint metadata")
+__all__ = ["METADATA", "METADATA_GLOBALS", "check_metadata", "load_dcp", "save_dcp"]
 
 
 def check_metadata(path: str | os.PathLike) -> None:
-    """Refuse a DCP folder whose ``.metadata`` names anything outside :data:`METADATA_GLOBALS` (or torch
-    dtypes), or whose storage records point outside the folder.
+    """Refuse a DCP folder whose ``.metadata`` is not DCP metadata of files inside the folder (see
+    :func:`~spectrakit.checkpoint.metadata.read_metadata`); a folder without one passes.
 
-    ``torch.distributed.checkpoint`` reads that file with plain ``pickle.load``; here it is read first with
-    an unpickler that resolves only the allowed ``(module, name)`` pairs (nothing else is imported or
-    called). Raises ``ValueError`` "cannot load <file>: ... (refused, never executed)"."""
-    meta = os.path.join(os.fspath(path), METADATA)
-    if not os.path.isfile(meta):
-        return
+    Raises ``ValueError`` "cannot load <file>: ... (refused, never executed)"."""
     try:
-        with open(meta, "rb") as f:
-            md = _MetadataUnpickler(io.BytesIO(f.read())).load()
-    except Exception as e:  # UnpicklingError, EOFError, TypeError from a bad constructor call, ...
-        reason = (str(e).splitlines() or [type(e).__name__])[0][:200]
-        raise ValueError(f"cannot load {meta}: {reason} (refused, never executed)") from None
-    why = _storage_error(md)
-    if why:
-        raise ValueError(f"cannot load {meta}: {why} (refused)")
+        read_metadata(path)
+    except FileNotFoundError:
+        return
 
 
-def _storage_error(md) -> str | None:
-    """Why the unpickled metadata is not DCP metadata of files inside its folder (None if it is)."""
-    from torch.distributed.checkpoint.metadata import Metadata
+@functools.cache
+def _reader_class() -> type:
+    """DCP's file-system reader, given the metadata we read instead of unpickling ``.metadata`` itself."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
 
-    if not isinstance(md, Metadata):
-        return "it is not DCP metadata"
-    records = md.storage_data
-    if records is None:
-        return None
-    if not isinstance(records, dict):
-        return "its storage records are not a dict"
-    for info in records.values():
-        rel = getattr(info, "relative_path", None)
-        if not isinstance(rel, str) or not rel or rel in (".", "..") or "/" in rel or "\\" in rel or "\x00" in rel:
-            return f"a storage record names {str(rel)[:100]!r}, not a file of the folder"
-        for field in ("offset", "length"):
-            v = getattr(info, field, 0)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                return f"a storage record has {field} {str(v)[:40]}"
-    return None
+    class CheckedReader(FileSystemReader):
+        def __init__(self, path, metadata):
+            super().__init__(path)
+            self._metadata = metadata
+
+        def read_metadata(self, *args, **kwargs):
+            if kwargs.get("rank") is not None:  # per-rank metadata files: not written by save_dcp
+                raise ValueError("per-rank DCP metadata is not supported")
+            md = self._metadata
+            if md.storage_meta is None:
+                md.storage_meta = StorageMeta()
+            md.storage_meta.load_id = self.load_id
+            return md
+
+    return CheckedReader
 
 
 @functools.cache
@@ -188,14 +135,19 @@ def load_dcp(path: str | os.PathLike, model: torch.nn.Module, optimizer: torch.o
         raise FileNotFoundError(f"path {os.fspath(path)!r} is not a checkpoint directory")
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd, "extra": dict(extra or {})}
-    check_metadata(path)
+    md = read_metadata(path)
     try:
-        dcp.load(state, checkpoint_id=os.fspath(path), planner=_safe_load_planner()())
+        dcp.load(state, storage_reader=_reader_class()(os.fspath(path), md), planner=_safe_load_planner()())
     except (Exception, CheckpointException) as e:  # DCP wraps every rank's error (a BaseException subclass)
-        causes = [str(e), *(str(f) for f in getattr(e, "failures", {}).values())]
+        causes = [*(str(f) for f in getattr(e, "failures", {}).values()), str(e)]
         if any("Weights only load failed" in c for c in causes):
             raise ValueError(f"cannot load {os.fspath(path)}: a non-tensor entry holds Python objects other than "
                              "plain containers (refused, never executed)") from None
-        raise
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        first = next((line.strip() for c in causes for line in c.splitlines() if line.strip()), type(e).__name__)
+        raise ValueError(f"cannot load {os.fspath(path)}: {first[:200]}") from None
+    try:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    except (RuntimeError, ValueError, KeyError, TypeError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise ValueError(f"cannot load {os.fspath(path)}: it does not fit the model or optimizer: {first}") from None
     return state["extra"]

@@ -12,7 +12,7 @@ import os
 import shutil
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from spectrakit.checkpoint.files import TMP, CheckpointError, fsync_dir, write_text
 from spectrakit.checkpoint.manifest import MANIFEST, STEP_NAME, verify, write_manifest
@@ -125,12 +125,14 @@ def _try(step_dir: str, load: Callable[[str], object] | None):
         raise CheckpointError(f"cannot read {e.filename or step_dir}: {e.strerror or e}") from None
 
 
-def resolve(path: str, load: Callable[[str], object] | None = None) -> tuple[str, object]:
+def resolve(path: str, load: Callable[[str], object] | None = None, *,
+            exclude: Sequence[tuple[str, str]] = ()) -> tuple[str, object]:
     """The newest usable checkpoint under ``path``: returns ``(step folder, load(step folder))`` (the
     manifest when ``load`` is None).
 
     ``path`` is a run folder (its ``latest`` step folder is tried first, then the others, newest first; each
-    unusable one is reported on stderr) or one step folder (used as given, no fallback). A step folder is
+    unusable one is reported on stderr) or one step folder (used as given, no fallback). ``exclude`` lists
+    ``(step folder, why)`` pairs already found unusable: they are skipped silently. A step folder is
     usable when :func:`~spectrakit.checkpoint.verify` accepts it and ``load`` raises no
     :class:`CheckpointError` (``load`` validates and reads the contents).
 
@@ -145,7 +147,10 @@ def resolve(path: str, load: Callable[[str], object] | None = None) -> tuple[str
     _, problem = _pointer(path)
     if problem:
         _warn(f"warning: {problem}; ignoring it")
-    tried = candidates(path)
+    skipped = {d for d, _ in exclude}
+    tried = [d for d in candidates(path) if d not in skipped]
+    if not tried and exclude:
+        raise CheckpointError(f"no usable checkpoint in {path}: {exclude[-1][1]}")
     if not tried:
         raise CheckpointError(f"{path} holds no checkpoint (no {PREFIX}* folder)")
     errors = []

@@ -6,12 +6,13 @@ import errno
 import os
 import re
 import shutil
+import sys
 
 import torch.distributed as dist
 
 from spectrakit.checkpoint.dcp import check_metadata, load_dcp, save_dcp
 from spectrakit.checkpoint.files import TMP, CheckpointError, disk_full, safe_load, save_file
-from spectrakit.checkpoint.folder import KEEP, clean, latest, publish, resolve, step_name
+from spectrakit.checkpoint.folder import KEEP, candidates, clean, latest, publish, resolve, step_name
 from spectrakit.checkpoint.manifest import read_manifest
 from spectrakit.checkpoint.state import check_loop_state, loop_state, restore_loop_state, unwrap
 
@@ -200,33 +201,57 @@ def _check_sharded(step_dir: str, world: int, max_step: int | None) -> str:
     return step_dir
 
 
-def load_sharded(root: str, *, model, optimizer, scheduler=None, map_location="cpu",
-                 max_step: int | None = None) -> dict:
-    """Load the newest usable FSDP2 checkpoint under ``root`` (collective).
-
-    Rank 0 verifies the manifests, the DCP metadata and every rank's loop state (as :func:`load`) and picks
-    the step folder, falling back to older ones; every rank then loads its shards and its loop state.
-    Returns the rank's loop state dict (``step``, ``data``, ``extra``, ``path``). Raises
-    :class:`CheckpointError` if none is usable or the rank's file is missing (another world size)."""
-    box: list = [None]
-    if _rank() == 0:
-        try:
-            box[0] = resolve(root, lambda d: _check_sharded(d, _world(), max_step))[0]
-        except (CheckpointError, FileNotFoundError) as e:
-            box[0] = e
-    if dist.is_available() and dist.is_initialized():
-        dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    step_dir = box[0]
+def _load_rank(step_dir: str, model, optimizer, map_location, max_step) -> dict:
+    """This rank's loop state and shards of ``step_dir`` (a :class:`CheckpointError` for anything unusable)."""
     target = os.path.join(step_dir, RANK_FILE.format(_rank()))
     if not os.path.isfile(target):
         raise CheckpointError(f"{step_dir} has no {os.path.basename(target)} (written with another world size?)")
     state = check_loop_state(safe_load(target, map_location), target, max_step=max_step)
     try:
         load_dcp(step_dir, model, optimizer)
-    except ValueError as e:
-        raise CheckpointError(str(e).splitlines()[0]) from None
-    restore_loop_state(state, scheduler, target)
+    except (ValueError, OSError) as e:
+        raise CheckpointError((str(e).splitlines() or [type(e).__name__])[0][:300]) from None
     state["path"] = step_dir
     return state
+
+
+def load_sharded(root: str, *, model, optimizer, scheduler=None, map_location="cpu",
+                 max_step: int | None = None) -> dict:
+    """Load the newest usable FSDP2 checkpoint under ``root`` (collective).
+
+    Rank 0 verifies the manifests, the DCP metadata and every rank's loop state (as :func:`load`) and picks
+    the step folder; every rank then loads its shards and its loop state. A step folder that fails on any
+    rank (its checks or its load) is reported and the previous one tried, on every rank alike. Returns the
+    rank's loop state dict (``step``, ``data``, ``extra``, ``path``). Raises :class:`CheckpointError` if none
+    is usable."""
+    refused: list[str] = []
+    while True:
+        box: list = [None]
+        if _rank() == 0:
+            try:
+                box[0] = resolve(root, lambda d: _check_sharded(d, _world(), max_step), exclude=refused)[0]
+            except (CheckpointError, FileNotFoundError) as e:
+                box[0] = e
+        if dist.is_available() and dist.is_initialized():
+            dist.broadcast_object_list(box, src=0)
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        step_dir, error = box[0], None
+        try:
+            state = _load_rank(step_dir, model, optimizer, map_location, max_step)
+        except CheckpointError as e:
+            error = str(e)
+        errors = [error]
+        if dist.is_available() and dist.is_initialized():
+            errors = [None] * dist.get_world_size()
+            dist.all_gather_object(errors, error)
+        first = next((e for e in errors if e), None)
+        if first is None:
+            restore_loop_state(state, scheduler, os.path.join(step_dir, RANK_FILE.format(_rank())))
+            return state
+        if os.path.normpath(step_dir) == os.path.normpath(root):  # one step folder given: no fallback
+            raise CheckpointError(first)
+        if _rank() == 0:
+            print(f"warning: {first}; trying the previous checkpoint", file=sys.stderr, flush=True)
+        tried = candidates(root)  # the folders resolve refused before this one, then this one
+        refused += [(d, first) for d in tried[:tried.index(step_dir) + 1]] if step_dir in tried else [(step_dir, first)]

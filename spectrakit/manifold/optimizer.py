@@ -24,6 +24,7 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, no_value_checks
 from spectrakit._groups import check_finite_hyperparameters, check_group_keys
+from spectrakit._optstate import check_state_dict
 from spectrakit.manifold.dualizers import DUALIZERS, steepest_direction
 from spectrakit.manifold.norms import NORMS
 from spectrakit.manifold.sets import SpectralSet
@@ -99,6 +100,14 @@ class ManifoldSGD(torch.optim.Optimizer):
                     W = torch.stack([_work(p) for p in params])
                     for p, w in zip(params, m.retract(W).unbind(0)):
                         p.copy_(w)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """``torch.optim.Optimizer.load_state_dict`` after checking every saved state against its parameter:
+        at most a ``momentum_buffer`` of the parameter's shape (float32 for half-precision parameters), finite
+        (``ValueError`` naming the parameter and key otherwise; nothing is changed)."""
+        check_state_dict(self, state_dict, lambda group, saved, p: {"momentum_buffer": _work(p)},
+                         may_lack=("momentum_buffer",))
+        super().load_state_dict(state_dict)
 
     @torch.no_grad()
     def step(self, closure=None):

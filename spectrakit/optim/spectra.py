@@ -104,6 +104,7 @@ import torch
 
 from spectrakit._checks import check_choice, check_int, check_scalar, value_checks_enabled
 from spectrakit._groups import check_finite_hyperparameters, check_group_keys
+from spectrakit._optstate import check_state_dict
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, once, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_, number_tensor
@@ -210,6 +211,15 @@ def _traced_foreach(pre_c_k) -> bool:
 def _nonzero(x) -> bool:
     """``x != 0`` for a Python number; True for a tensor (its value is not read: no host sync)."""
     return True if isinstance(x, torch.Tensor) else x != 0
+
+
+def _expected_state(group: dict, saved: dict, p: torch.Tensor) -> dict:
+    """The state ``base.init_state`` creates for ``p`` (a meta tensor) under the saved group's base."""
+    name = saved.get("base", group["base"])
+    if name not in BASES:
+        raise ValueError(f"cannot load the optimizer state: unknown base {str(name)[:40]!r} "
+                         f"(accepted: {', '.join(sorted(BASES))})")
+    return BASES[name].init_state(p)
 
 
 class Spectra(torch.optim.Optimizer):
@@ -498,15 +508,24 @@ class Spectra(torch.optim.Optimizer):
         ``torch.optim.AdamW`` state dict is converted (an AdamW state is a valid state of a ``base="adamw"``
         group; the clip's schedule continues at its step); another foreign one raises ValueError."""
         state_dict = self._from_torch_adamw(state_dict)
-        saved_groups = state_dict.get("param_groups", [])
+        saved_groups = state_dict.get("param_groups", []) if isinstance(state_dict, dict) else []
         if not allow_changes:
             for i, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
                 for key in ("base", "post"):
-                    if key in saved and saved[key] != mine[key]:
+                    if isinstance(saved, dict) and key in saved and saved[key] != mine[key]:
                         raise ValueError(
                             f"the state dict's param group {i} has {key}={saved[key]!r} but this optimizer "
                             f"({type(self).__name__}) has {key}={mine[key]!r}; load it into the matching "
                             f"optimizer, or pass allow_changes=True to continue with the saved {key}")
+        check_state_dict(self, state_dict, _expected_state, optional=("step",))
+        before = (self.param_groups, self.state)
+        try:
+            self._apply_state_dict(state_dict)
+        except BaseException:  # a refused hyperparameter: the optimizer stays as it was
+            self.param_groups, self.state = before
+            raise
+
+    def _apply_state_dict(self, state_dict: dict) -> None:
         saved_state = state_dict["state"]
         super().load_state_dict(state_dict)
         ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
@@ -547,13 +566,16 @@ class Spectra(torch.optim.Optimizer):
             if mine["base"] != "adamw" or "betas" not in saved or saved.get("amsgrad") or "momentum" in saved:
                 raise ValueError(f"param group {i} of the state dict is not a torch.optim.AdamW state this "
                                  f"optimizer (base={mine['base']!r}) can continue; {how}")
-            steps = [state_dict["state"][pid]["step"] for pid in saved["params"] if pid in state_dict["state"]]
+            saved_state = state_dict.get("state") if isinstance(state_dict.get("state"), dict) else {}
+            steps = [saved_state[pid]["step"] for pid in saved["params"]
+                     if isinstance(saved_state.get(pid), dict) and "step" in saved_state[pid]]
             group = {k: v for k, v in mine.items() if k != "params"}
             group.update({k: saved[k] for k in ("lr", "betas", "eps", "weight_decay", "initial_lr") if k in saved})
             group.update(params=saved["params"], steps_taken=int(max(map(float, steps), default=0)),
                          skipped_steps=torch.zeros((), dtype=torch.int64))
             groups.append(group)
-        state = {pid: {k: st[k] for k in ("step", "exp_avg", "exp_avg_sq")} for pid, st in state_dict["state"].items()}
+        state = {pid: {k: st[k] for k in ("step", "exp_avg", "exp_avg_sq") if k in st} if isinstance(st, dict) else st
+                 for pid, st in state_dict["state"].items()}
         return {"state": state, "param_groups": groups}
 
     # ------------------------------------------------------------------ the step
