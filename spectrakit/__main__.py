@@ -1,5 +1,5 @@
 import sys
 
-from spectrakit.cli import main
+from spectrakit.commands.entry import main  # (first: the signal handlers, before any heavy import)
 
 sys.exit(main())

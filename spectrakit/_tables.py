@@ -17,6 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from spectrakit._files import write_atomic
+
 
 def _fmt(v: Any) -> str:
     if v is None:
@@ -94,10 +96,9 @@ def report(name: str, rows: list[dict[str, Any]], out_dir: str | None, *, comman
         print(text)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "results.json"), "w") as f:
-            json.dump({"name": name, "env": env, "command": command, "rows": rows,
-                       "columns": list(columns) if columns else None, **(extra or {})}, f,
-                      indent=1, default=str)
-        with open(os.path.join(out_dir, "results.md"), "w") as f:
-            f.write(text)
+        write_atomic(os.path.join(out_dir, "results.json"),
+                     json.dumps({"name": name, "env": env, "command": command, "rows": rows,
+                                 "columns": list(columns) if columns else None, **(extra or {})},
+                                indent=1, default=str))
+        write_atomic(os.path.join(out_dir, "results.md"), text)
     return text

@@ -257,3 +257,32 @@ print("not reached")
     after = code.replace("immediate=True)", "immediate=True)\ninterrupt.end_start_up()")
     r = _script(tmp_path, after)
     assert r.returncode == 0 and r.stdout == "not reached\n", (r.returncode, r.stdout, r.stderr)
+
+
+def test_the_entry_point_installs_its_handlers_before_any_other_import():
+    """The console script's module installs SIGINT/SIGTERM handlers as its first instruction: before the
+    command line, argparse or torch is imported."""
+    code = ("import sys, signal; import spectrakit.commands.entry as e; "
+            "print(signal.getsignal(signal.SIGINT) is e._stop, signal.getsignal(signal.SIGTERM) is e._stop, "
+            "[m for m in ('spectrakit.cli', 'argparse', 'torch', 'numpy') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip() == "True True []"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_at_the_first_instruction(tmp_path, signum):
+    """A signal the moment the entry point's handlers exist (before the command line's own handlers and the
+    heavy imports): one line and 130 / 143, as later. (SIGTERM's handler is installed right after SIGINT's; the
+    interpreter itself catches SIGINT from its start, so only SIGTERM's bit tells that the entry point ran.)"""
+    proc = _start(tmp_path, "compare", *TINY, "--out", str(tmp_path / "out"))
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        with open(f"/proc/{proc.pid}/status") as f:
+            caught = int(next(line for line in f if line.startswith("SigCgt:")).split()[1], 16)
+        if caught >> (signal.SIGTERM - 1) & 1:
+            break
+        time.sleep(0.001)
+    proc.send_signal(signum)
+    line = _finish(proc, CODE[signum])
+    assert ("terminated" if signum == signal.SIGTERM else "interrupted") in line
+    assert not (tmp_path / "out").exists()

@@ -40,11 +40,12 @@ from spectrakit.checkpoint.files import CheckpointError, safe_load
 from spectrakit.checkpoint.folder import KEEP, LATEST, candidates, clean, latest, prune, publish, resolve, step_dirs
 from spectrakit.checkpoint.manifest import FORMAT, MANIFEST, MAX_MANIFEST_BYTES, read_manifest, verify, write_manifest
 from spectrakit.checkpoint.state import check_loop_state, rng_state, set_rng_state, unwrap
-from spectrakit.checkpoint.store import STATE_FILE, load, load_sharded, save, save_sharded
+from spectrakit.checkpoint.store import STATE_FILE, load, load_sharded, model_mismatch, save, save_sharded
 
 __all__ = [
     "FORMAT", "KEEP", "LATEST", "MANIFEST", "MAX_MANIFEST_BYTES", "METADATA_GLOBALS", "STATE_FILE",
     "CheckpointError", "candidates", "check_loop_state", "check_metadata", "clean", "latest", "load",
-    "load_dcp", "load_sharded", "prune", "publish", "read_manifest", "resolve", "rng_state", "safe_load", "save",
+    "load_dcp", "load_sharded", "model_mismatch", "prune", "publish", "read_manifest", "resolve", "rng_state",
+    "safe_load", "save",
     "save_dcp", "save_sharded", "set_rng_state", "step_dirs", "unwrap", "verify", "write_manifest",
 ]

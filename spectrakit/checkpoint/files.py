@@ -106,11 +106,18 @@ def save_file(obj, path: str) -> None:
         os.fsync(f.fileno())
 
 
+def _new_file(path: str, flags: int) -> int:
+    """``open``'s opener for a temporary file: created new, never through a symbolic link."""
+    return os.open(path, flags | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+
+
 def write_text(path: str, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temporary file, fsync, ``os.replace``, fsync of the folder)."""
     tmp = os.path.join(os.path.dirname(path), f"{TMP}{os.path.basename(path)}-{os.getpid()}")
     try:
-        with open(tmp, "w") as f:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        with open(tmp, "w", opener=_new_file) as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

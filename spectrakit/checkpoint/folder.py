@@ -35,8 +35,9 @@ def _is_dir(path: str) -> bool:
 
 
 def step_dirs(root: str) -> list[str]:
-    """Step folders directly under ``root`` (complete or not), newest first; symbolic links are skipped."""
-    if not os.path.isdir(root):
+    """Step folders directly under ``root`` (complete or not), newest first; symbolic links are skipped, and a
+    ``root`` that is itself a link holds none."""
+    if not _is_dir(root):
         return []
     names = [n for n in os.listdir(root) if STEP_NAME.fullmatch(n) and _is_dir(os.path.join(root, n))]
     return [os.path.join(root, n) for n in sorted(names, reverse=True)]
@@ -74,8 +75,8 @@ def candidates(root: str) -> list[str]:
 
 
 def clean(root: str) -> None:
-    """Remove what interrupted saves left under ``root``: temporary files and folders."""
-    if not os.path.isdir(root):
+    """Remove what interrupted saves left under ``root``: temporary files and folders (never through a link)."""
+    if not _is_dir(root):
         return
     for n in os.listdir(root):
         if n.startswith(TMP):
@@ -87,10 +88,25 @@ def clean(root: str) -> None:
 
 
 def prune(root: str, keep: int) -> None:
-    """Remove all but the current step folder and the ``keep - 1`` newest others."""
+    """Remove all but the current step folder and the ``keep - 1`` newest others. Only step folders a save
+    wrote are removed (real folders holding a regular ``manifest.json``); a folder the user put there, or a
+    link, is left alone."""
     cur = latest(root)
     for old in [d for d in step_dirs(root) if d != cur][max(keep, 1) - 1:]:
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            ours = stat.S_ISREG(os.lstat(os.path.join(old, MANIFEST)).st_mode)
+        except OSError:
+            ours = False
+        if ours:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def check_root(root: str) -> None:
+    """Raise :class:`CheckpointError` if the checkpoint folder ``root`` is a symbolic link (its saves, loads
+    and pruning would act on a folder elsewhere)."""
+    if os.path.islink(root):
+        raise CheckpointError(f"{root} is a symbolic link; checkpoints are only written to and read from a "
+                              "folder of the run itself")
 
 
 def publish(root: str, tmp_dir: str, step: int, keep: int = KEEP) -> str:
@@ -142,6 +158,7 @@ def resolve(path: str, load: Callable[[str], object] | None = None, *,
     """
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint path does not exist: {path}")
+    check_root(path)
     if os.path.isfile(os.path.join(path, MANIFEST)) or os.path.basename(os.path.normpath(path)).startswith(PREFIX):
         return path, _try(path, load)
     _, problem = _pointer(path)

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from spectrakit.checkpoint.dcp import check_metadata, load_dcp, save_dcp
 from spectrakit.checkpoint.files import TMP, CheckpointError, disk_full, safe_load, save_file
-from spectrakit.checkpoint.folder import KEEP, candidates, clean, latest, publish, resolve, step_name
+from spectrakit.checkpoint.folder import KEEP, candidates, check_root, clean, latest, publish, resolve, step_name
 from spectrakit.checkpoint.manifest import read_manifest
 from spectrakit.checkpoint.state import check_loop_state, loop_state, restore_loop_state, unwrap
 
@@ -63,6 +63,7 @@ def save(root: str, *, model, optimizer, scheduler=None, step: int, data_state: 
     renamed and ``latest`` replaced; a failure or a kill at any moment leaves the previous checkpoint
     current. Raises :class:`CheckpointError` ("no space left on device: <root> ..." on a full disk)."""
     _check_step(step, keep)
+    check_root(root)
     tmp_dir = os.path.join(root, f"{TMP}{step_name(step)}-{os.getpid()}")
     try:
         os.makedirs(root, exist_ok=True)
@@ -80,12 +81,35 @@ def save(root: str, *, model, optimizer, scheduler=None, step: int, data_state: 
         raise
 
 
-def _apply(what: str, path: str, fn) -> None:
-    """Run ``fn()`` (a ``load_state_dict``), turning a mismatch into a :class:`CheckpointError`."""
+def model_mismatch(model_sd: dict, saved: dict) -> str | None:
+    """The first missing key, the first unexpected key and the first shape mismatch between a model's
+    ``state_dict()`` and a saved one, as one phrase (None if keys and shapes agree)."""
+    if not isinstance(saved, dict):
+        return f"the saved model state is a {type(saved).__name__}, not a state dict"
+    parts = []
+    missing = [k for k in model_sd if k not in saved]
+    unexpected = [k for k in saved if k not in model_sd]
+    if missing:
+        parts.append(f"missing key {missing[0]!r}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    if unexpected:
+        parts.append(f"unexpected key {str(unexpected[0])[:80]!r}"
+                     + (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
+    for k, v in model_sd.items():
+        w = saved.get(k)
+        if hasattr(v, "shape") and hasattr(w, "shape") and tuple(v.shape) != tuple(w.shape):
+            parts.append(f"{k!r} has shape {tuple(w.shape)} in the checkpoint, {tuple(v.shape)} in the model")
+            break
+    return "; ".join(parts) or None
+
+
+def _apply(what: str, path: str, fn, detail=None) -> None:
+    """Run ``fn()`` (a ``load_state_dict``), turning a mismatch into a :class:`CheckpointError`
+    (``detail()``: a better description of the mismatch than the exception's first line, if any)."""
     try:
         fn()
     except (RuntimeError, ValueError, KeyError, TypeError, IndexError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        first = (detail() if detail is not None else None) or \
+            (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         raise CheckpointError(f"{path} does not fit the {what}: {first}") from None
 
 
@@ -110,7 +134,8 @@ def load(path: str, *, model, optimizer=None, scheduler=None, map_location="cpu"
             raise CheckpointError(f"{step_dir} has no {STATE_FILE}")
         state = check_loop_state(safe_load(file, map_location), file, step=read_manifest(step_dir)["step"],
                                  max_step=max_step, keys=("model", "optimizer"))
-        _apply("model", file, lambda: unwrap(model).load_state_dict(state["model"]))
+        _apply("model", file, lambda: unwrap(model).load_state_dict(state["model"]),
+               lambda: model_mismatch(unwrap(model).state_dict(), state["model"]))
         if optimizer is not None:
             _apply("optimizer", file, lambda: optimizer.load_state_dict(state["optimizer"]))
         _apply("scheduler", file, lambda: restore_loop_state(state, scheduler, file))
@@ -144,6 +169,7 @@ def save_sharded(root: str, *, model, optimizer, scheduler=None, step: int, data
     over all ranks' files and makes the folder current (see :func:`save`). Returns the step folder; raises
     :class:`CheckpointError` on every rank if any rank failed to write."""
     _check_step(step, keep)
+    check_root(root)
     rank = _rank()
     tmp_dir = os.path.join(root, f"{TMP}{step_name(step)}")
     if rank == 0:

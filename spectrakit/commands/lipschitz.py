@@ -54,14 +54,19 @@ def run(args: argparse.Namespace) -> int:
 
     model = build_model(args.model)
     if args.checkpoint:
+        weights = _load_weights(args.checkpoint)
         try:
-            model.load_state_dict(_load_weights(args.checkpoint))
+            model.load_state_dict(weights)
         except RuntimeError:  # keys or shapes of another model (e.g. a language model of `compare`)
+            from spectrakit.checkpoint import model_mismatch
+
             raise UsageError(f"--checkpoint {args.checkpoint}: its weights are not those of --model {args.model} "
-                             f"(choose the --model it was trained as: {', '.join(sorted(MODELS))})") from None
+                             f"({model_mismatch(model.state_dict(), weights)}; choose the --model it was trained "
+                             f"as: {', '.join(sorted(MODELS))})") from None
     shape = tuple(int(s) for s in args.input_shape.split(","))
     result = lipschitz_report(model, shape, exact=args.exact, iters=args.iters)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        from spectrakit._files import write_atomic
+
+        write_atomic(args.json, json.dumps(result, indent=1))
     return 0

@@ -26,6 +26,10 @@ def run(args: argparse.Namespace) -> int:
             what = "has no metrics.jsonl (not a training run folder)" if os.path.isdir(d) else "is not a folder"
             raise UsageError(f"{d} {what}; pass run folders such as runs/compare/adamw-s0")
     layers = [s for s in args.layers.split(",") if s] if args.layers else None
-    for path in plot_runs(args.runs, args.out or args.runs[0], layers=layers):
+    try:
+        paths = plot_runs(args.runs, args.out or args.runs[0], layers=layers)
+    except ValueError as e:  # a log that is not a regular file of sane size, or not JSON lines
+        raise UsageError(f"cannot plot {', '.join(args.runs)}: {str(e).splitlines()[0][:200]}") from None
+    for path in paths:
         print(path)
     return 0

@@ -13,6 +13,7 @@ import os
 import re
 
 from spectrakit._cliargs import UsageError
+from spectrakit._files import read_regular, write_atomic
 from spectrakit._tables import markdown_table
 
 
@@ -44,10 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        with open(args.results) as f:
-            results = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+        results = json.loads(read_regular(args.results, what="results"))
+    except ValueError as e:
+        if not isinstance(e, json.JSONDecodeError):
+            raise UsageError(str(e)) from None
         raise UsageError(f"results {args.results}: cannot read it as JSON ({e})") from None
+    except (OSError, RecursionError) as e:
+        raise UsageError(f"results {args.results}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     if not isinstance(results, dict) or not isinstance(results.get("rows"), list):
         raise UsageError(f"results {args.results}: not a results table (no 'rows'); pass the results.json of a "
                          "command's --out folder, such as runs/compare/results.json, not one run's result.json")
@@ -57,9 +61,12 @@ def run(args: argparse.Namespace) -> int:
         print(block, end="")
         return 0
     name = args.name or os.path.basename(os.path.dirname(os.path.abspath(args.results)))
-    with open(args.into) as f:
-        text = f.read()
-    with open(args.into, "w") as f:
-        f.write(replace_block(text, name, block))
+    try:
+        text = read_regular(args.into, what="--into")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"--into {args.into}: cannot read it ({e.strerror or e})") from None
+    write_atomic(args.into, replace_block(text, name, block))  # a failed write leaves the file whole
     print(f"updated the '{name}' table in {args.into}")
     return 0

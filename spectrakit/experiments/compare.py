@@ -26,7 +26,8 @@ import time
 import torch
 
 from spectrakit._checks import check_choice, check_int
-from spectrakit._cliargs import int_list, name_list, positive_int
+from spectrakit._cliargs import UsageError, int_list, name_list, positive_int
+from spectrakit._files import read_regular, save_figure, write_atomic
 from spectrakit.data.batches import TokenBatches
 from spectrakit.data.corpora import CORPORA
 from spectrakit.data.tokenizer import tokenizer_name
@@ -300,33 +301,30 @@ def run_options(opts: CompareOptions, cfg: dict, keys=RUN_OPTIONS) -> dict:
 
 
 def run_folders(out: str) -> list[str]:
-    """The run folders of a compare output folder: those its index lists (:mod:`.runfolders`) and, for
-    folders written before there was an index, ``<optimizer>-s<seed>`` folders holding a run's files."""
-    if not out or not os.path.isdir(out):
-        return []
-    index = runfolders.read_index(out)
-    listed = [n for n in (index["runs"] if index else []) if os.path.isdir(os.path.join(out, n))]
-    names = "|".join(re.escape(n) for n in OPTIMIZERS)
-    legacy = [n for n in os.listdir(out) if re.fullmatch(rf"(?:{names})-s-?\d+", n)
-              and any(os.path.exists(os.path.join(out, n, f)) for f in (RESULT, "metrics.jsonl", CHECKPOINTS))]
-    return sorted(set(listed) | set(legacy))
+    """The run folders of a compare output folder: those the tool made (:func:`.runfolders.owned_runs`)."""
+    return runfolders.owned_runs(out) if out else []
 
 
 def _finished_row(run_dir: str) -> dict | None:
-    try:
-        with open(os.path.join(run_dir, RESULT)) as f:
-            return json.load(f)
-    except (FileNotFoundError, ValueError):
+    """The row a finished run wrote (``result.json``, a regular file of the run folder), else None."""
+    path = os.path.join(run_dir, RESULT)
+    if os.path.islink(path):
         return None
+    try:
+        row = json.loads(read_regular(path, what="result"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def _write_row(run_dir: str, row: dict) -> None:
-    tmp = os.path.join(run_dir, RESULT + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(row, f, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(run_dir, RESULT))
+    write_atomic(os.path.join(run_dir, RESULT), json.dumps(row, default=str))
+
+
+def _ratio_pct(a, b) -> float | None:
+    """``100 (a / b - 1)``, or None (shown as ``-``) where it is undefined (a zero, missing or non-finite time)."""
+    ok = all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (a, b))
+    return 100.0 * (a / b - 1.0) if ok else None
 
 
 def _with_overheads(rows: list[dict]) -> list[dict]:
@@ -334,7 +332,7 @@ def _with_overheads(rows: list[dict]) -> list[dict]:
     for r in rows:
         base = OPTIMIZERS[r["optimizer"]].base
         b = by_key.get((base, r["seed"])) if base else None
-        r["overhead_%"] = 100.0 * (r["step_ms"] / b["step_ms"] - 1.0) if b else None
+        r["overhead_%"] = _ratio_pct(r["step_ms"], b["step_ms"]) if b else None
     return rows
 
 
@@ -381,13 +379,17 @@ def compare(*, on_row=None, on_splits=None, **options) -> list[dict]:
     for seed in opts.seeds:
         for name in opts.optimizers:
             out_dir = os.path.join(opts.out, f"{name}-s{seed}") if opts.out else None
-            done = _finished_row(out_dir) if out_dir and opts.resume else None
+            done = _finished_row(out_dir) if out_dir and opts.resume and runfolders.owned(out_dir) else None
             if done is not None:
                 rows.append(done)
             else:
                 if out_dir and info.is_main:
-                    runfolders.add_run(opts.out, os.path.basename(out_dir))
+                    runfolders.make_run(opts.out, os.path.basename(out_dir))
+                if out_dir:
+                    barrier(info)  # the run folder exists, marked, before any rank writes into it
                 ckpts = os.path.join(out_dir, CHECKPOINTS) if out_dir else None
+                if ckpts and os.path.islink(ckpts):
+                    raise UsageError(f"{ckpts} is a symbolic link; a run's checkpoints stay inside its folder")
                 resume = ckpts if opts.resume and ckpts and candidates(ckpts) else None
                 row = _run_one(name, seed, opts, cfg, splits, out_dir, info, resume=resume)
                 if out_dir and info.is_main:
@@ -496,7 +498,7 @@ def plot(rows: list[dict], out_dir: str, title: str = "") -> list[str]:
     ax.grid(alpha=0.3)
     _legend(fig, ax, n_labels)
     paths = [os.path.join(out_dir, "loss_curves.png")]
-    fig.savefig(paths[0], dpi=120)
+    save_figure(fig, paths[0], dpi=120)
     plt.close(fig)
     fig, axes = plt.subplots(1, 3, figsize=(13, 4) if n_labels <= 4 else (16, 4))
     for r, (color, label) in zip(rows, styles):
@@ -517,7 +519,7 @@ def plot(rows: list[dict], out_dir: str, title: str = "") -> list[str]:
     fig.legend(loc="lower center", ncol=min(max(n_labels, 1), 4), fontsize="small")
     fig.tight_layout(rect=(0, 0.06 * (1 + (n_labels - 1) // 4), 1, 1))
     paths.append(os.path.join(out_dir, "weight_norms.png"))
-    fig.savefig(paths[1], dpi=120)
+    save_figure(fig, paths[1], dpi=120)
     plt.close(fig)
     return paths
 
@@ -627,6 +629,7 @@ def _check_out_folder(args: argparse.Namespace) -> None:
 
     if args.resume and args.force:
         raise UsageError("--resume and --force exclude each other")
+    runfolders.claim_out(args.out, "compare")  # new, empty or a comparison's: never another folder
     old = run_folders(args.out)
     leftovers = [f for f in ("results.json", "results.md") if os.path.exists(os.path.join(args.out, f))]
     if args.resume and not old:
@@ -638,7 +641,7 @@ def _check_out_folder(args: argparse.Namespace) -> None:
         raise UsageError(f"--out {args.out} holds a previous comparison ({len(old)} run folders); pass --resume "
                          "to continue it or --force to delete it and start over")
     # only what a comparison wrote: other folders in --out (photos-s2023/) stay
-    runfolders.remove_runs(args.out, old, OUTPUTS)
+    runfolders.remove_runs(args.out, OUTPUTS)
 
 
 def _resume_command(args: argparse.Namespace) -> str:

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from spectrakit._cliargs import UsageError
+from spectrakit._files import save_figure
 from spectrakit.conv import ConvRegularizer, tn_bound
 from spectrakit.conv.kernel import CONV_TYPES
 from spectrakit.data.fashion_mnist import DEFAULT_ROOT, MISSING, available, load_fashion_mnist
@@ -107,7 +108,7 @@ def plot(history: dict, track_layer: str, path: str) -> None:
     ax.set_ylabel(f"TN bound of {track_layer}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 

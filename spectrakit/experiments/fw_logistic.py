@@ -25,6 +25,7 @@ import sys
 
 import torch
 
+from spectrakit._files import save_figure
 from spectrakit.experiments.io import invocation, report
 from spectrakit.experiments.logistic import logistic_data, logistic_grad, logistic_loss
 from spectrakit.optim import Spectra
@@ -169,7 +170,7 @@ def plot(histories: dict, out_dir: str) -> list[str]:
         fig.suptitle(f"clipped Frank-Wolfe rule, step sizes of the convergence theorem, D2 = {D2}, {mode} gradient")
         fig.tight_layout()
         path = os.path.join(out_dir, f"fw_logistic_{mode}_D2_{D2}.png")
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from spectrakit._cliargs import positive_int
+from spectrakit._files import save_figure
 from spectrakit.experiments.io import table_row
 from spectrakit.manifold import ManifoldSGD, SpectralBall
 from spectrakit.models.mlp import MLP
@@ -135,7 +136,7 @@ def plot(rows: list[dict], path: str) -> None:
         ax.grid(alpha=0.3)
     ax1.legend(fontsize="small", title="dualizer", title_fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

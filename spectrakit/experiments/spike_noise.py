@@ -27,6 +27,7 @@ import os
 import torch
 
 from spectrakit._checks import check_int
+from spectrakit._files import save_figure
 from spectrakit.experiments.fw_logistic import logistic_data, logistic_grad, logistic_loss
 from spectrakit.experiments.io import invocation, report
 from spectrakit.optim import Spectra
@@ -169,7 +170,7 @@ def plot(rows: list[dict], histories: dict, out_dir: str) -> list[str]:
             ax.legend(fontsize=7)
         fig.tight_layout()
         path = os.path.join(out_dir, f"spike_noise_{fig_name}.png")
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
         plt.close(fig)
         paths.append(path)
     return paths

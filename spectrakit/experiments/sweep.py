@@ -21,6 +21,7 @@ import time
 
 from spectrakit._checks import check_choice, check_int, check_scalar
 from spectrakit._cliargs import UsageError
+from spectrakit._files import read_regular, save_figure, write_atomic
 from spectrakit.experiments import compare as cmp
 from spectrakit.experiments import runfolders
 from spectrakit.experiments.io import environment, invocation, markdown_table
@@ -64,7 +65,7 @@ def grid_table(rows: list[dict]) -> list[dict]:
         point = {"optimizer": name, "c": c, "lr": lr, "val_loss_mean": m, "val_loss_std": s,
                  "seeds": len(rs), "diverged": diverged}
         for k in NORM_KEYS:
-            vals = [float(r.get(k, math.nan)) for r in rs]
+            vals = [float(v) if isinstance(v := r.get(k), (int, float)) else math.nan for r in rs]
             point[k] = sum(vals) / len(vals)
         out.append(point)
     out.sort(key=lambda p: (p["optimizer"], math.inf if p["c"] is None else p["c"], p["lr"]))
@@ -222,13 +223,14 @@ def run_name(point: dict) -> str:
 
 def load_finished(run_dir: str) -> dict | None:
     """The row of a finished run (``run.json`` written after training, ``complete`` true), else ``None``."""
-    path = os.path.join(run_dir, RUN_FILE)
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+    if not runfolders.owned(run_dir):  # a folder the tool did not make holds no result of it
         return None
-    return data["row"] if data.get("complete") and "row" in data else None
+    try:
+        data = json.loads(read_regular(os.path.join(run_dir, RUN_FILE)))
+    except (OSError, ValueError, RecursionError):
+        return None
+    ok = isinstance(data, dict) and data.get("complete") is True and isinstance(data.get("row"), dict)
+    return data["row"] if ok else None
 
 
 def _run_or_resume(run_dir: str, point: dict, options: dict) -> dict:
@@ -241,8 +243,8 @@ def _run_or_resume(run_dir: str, point: dict, options: dict) -> dict:
     (row,) = cmp.compare(**opts)
     row = {k: v for k, v in row.items() if k != "overhead_%"}
     row["c"] = point["c"]
-    with open(os.path.join(run_dir, RUN_FILE), "w") as f:
-        json.dump({"complete": True, "point": point, "row": row}, f, default=str)
+    write_atomic(os.path.join(run_dir, RUN_FILE), json.dumps({"complete": True, "point": point, "row": row},
+                                                             default=str))
     return row
 
 
@@ -315,8 +317,7 @@ def _visit(point: dict, index: int, size: int, out: str, shard: tuple[int, int],
         print(f"sweep [{index}/{size}] {name}: {state}", file=sys.stderr, flush=True)
     if row is None:
         if os.environ.get("RANK", "0") == "0":
-            runfolders.add_run(out, name)
-        os.makedirs(run_dir, exist_ok=True)
+            runfolders.make_run(out, name)
         row = _run_or_resume(run_dir, point, options)
         res["ran"].append(name)
     else:
@@ -368,7 +369,7 @@ def plot(result: dict, out_dir: str) -> list[str]:
     ax.legend()
     fig.tight_layout()
     paths = [os.path.join(out_dir, "lr_sensitivity.png")]
-    fig.savefig(paths[0], dpi=120)
+    save_figure(fig, paths[0], dpi=120)
     plt.close(fig)
     chosen = {(b["optimizer"], b["c"], b["best_lr"]) for b in best}
     best_rows = [r for r in result["rows"] if (r["optimizer"], r["c"], r["lr"]) in chosen and "_curve" in r]
@@ -394,7 +395,7 @@ def plot(result: dict, out_dir: str) -> list[str]:
         ax.legend()
         fig.tight_layout()
         paths.append(os.path.join(out_dir, "c_sweep.png"))
-        fig.savefig(paths[-1], dpi=120)
+        save_figure(fig, paths[-1], dpi=120)
         plt.close(fig)
     return paths
 
@@ -438,20 +439,6 @@ def _shown(rows: list[dict]) -> list[dict]:
     return [{**r, "c": "-" if r.get("c") is None else r["c"]} for r in rows]
 
 
-def _unlisted_points(out: str) -> list[str]:
-    """Point folders written before sweeps kept an index: named after the point their ``run.json`` holds."""
-    names = []
-    for name in sorted(os.listdir(out)) if os.path.isdir(out) else []:
-        try:
-            with open(os.path.join(out, name, RUN_FILE)) as f:
-                point = json.load(f)["point"]
-            if run_name(point) == name:
-                names.append(name)
-        except (OSError, ValueError, KeyError, TypeError, RecursionError):
-            continue
-    return names
-
-
 def _again_command(args: argparse.Namespace) -> str:
     """The command that continues this sweep: the same one (finished points are kept), without ``--force``."""
     if sys.argv[1:2] == ["sweep"]:
@@ -486,9 +473,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, t0: float, lrs, cs, shard, opts: dict) -> int:
+    if os.environ.get("RANK", "0") == "0":
+        runfolders.claim_out(args.out, "sweep")  # new, empty or a sweep's: never another folder
     if args.force:  # only what a sweep wrote: other folders in --out stay
-        index = runfolders.read_index(args.out)
-        runfolders.remove_runs(args.out, (index["runs"] if index else []) + _unlisted_points(args.out), OUTPUTS)
+        runfolders.remove_runs(args.out, OUTPUTS)
     try:
         with interrupt.graceful():
             result = sweep(lrs=lrs, cs=cs, out=args.out, tol=args.tol, shard=shard, extend=args.extend, **opts)
@@ -515,15 +503,14 @@ def _run(args: argparse.Namespace, t0: float, lrs, cs, shard, opts: dict) -> int
             + "\n\n### every point\n\n" + markdown_table(_shown(result["points"]), GRID_COLUMNS) + "\n")
     print(text)
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in result["rows"]]
-    with open(os.path.join(args.out, "sweep.json"), "w") as f:
-        json.dump({"env": env, "command": command, "options": {k: list(v) if isinstance(v, tuple) else v
-                                                              for k, v in opts.items()},
-                   "lrs": lrs, "cs": cs, "tol": args.tol, "extend": args.extend, "extended": result["extended"],
-                   "rows": public, "points": result["points"], "best": result["best"], "ran": result["ran"],
-                   "differences": result["differences"], "skipped": result["skipped"], "pending": result["pending"],
-                   "wall_s": time.perf_counter() - t0}, f, indent=1, default=str)
-    with open(os.path.join(args.out, "sweep.md"), "w") as f:
-        f.write(text)
+    summary = {"env": env, "command": command,
+               "options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()},
+               "lrs": lrs, "cs": cs, "tol": args.tol, "extend": args.extend, "extended": result["extended"],
+               "rows": public, "points": result["points"], "best": result["best"], "ran": result["ran"],
+               "differences": result["differences"], "skipped": result["skipped"], "pending": result["pending"],
+               "wall_s": time.perf_counter() - t0}
+    write_atomic(os.path.join(args.out, "sweep.json"), json.dumps(summary, indent=1, default=str))
+    write_atomic(os.path.join(args.out, "sweep.md"), text)
     print("plots: " + ", ".join(paths))
     return 0
 

@@ -18,6 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from spectrakit._files import save_figure
 from spectrakit.experiments.io import table_row
 from spectrakit.manifold import ManifoldSGD, PSDCone, Spectrahedron, SpectralBall, Stiefel
 from spectrakit.models.mlp import MLP
@@ -111,7 +112,7 @@ def plot(rows: list[dict], path: str) -> None:
         ax.set_title(s)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -108,6 +108,7 @@ from spectrakit._optstate import check_state_dict
 from spectrakit.linalg.precision import bf16_matmul_fast
 from spectrakit.optim.bases import BASES, Work, once, state_dtype, stored
 from spectrakit.optim.fused import fused_base, fused_step_, number_tensor
+from spectrakit.optim.lr_report import LrSkips
 from spectrakit.optim.opaque import (
     aminmax_within_host,
     count_step_op,
@@ -380,6 +381,7 @@ class Spectra(torch.optim.Optimizer):
         self._post_flags: list[torch.Tensor] = []
         self._warmed: set = set()
         self._scratch_bufs: dict = {}
+        self._lr_skips = LrSkips()
         super().__init__(params, defaults)
 
     # ------------------------------------------------------------------ param groups and validation
@@ -436,6 +438,12 @@ class Spectra(torch.optim.Optimizer):
         self._patch_step_function()  # torch's step hooks on the new class
 
     @staticmethod
+    def _reads_lr_on_host(lr: torch.Tensor) -> bool:
+        """Whether a step checks a tensor ``lr``'s value itself: a CPU tensor in an eager step (a read that waits
+        for nothing). Elsewhere a bad value skips the step through its flag (see ``lr_skipped_steps``)."""
+        return lr.is_cpu and not torch.compiler.is_compiling()
+
+    @staticmethod
     def _validate(group: dict, at_step: bool = False) -> None:
         """Check every hyperparameter of ``group`` (the constructor, ``add_param_group``,
         ``load_state_dict`` and every ``step`` use it); numbers must be finite except ``c`` and ``pre_c``,
@@ -452,9 +460,11 @@ class Spectra(torch.optim.Optimizer):
             if lr.ndim != 0 or not lr.is_floating_point():
                 raise TypeError(f"lr must be a number or a 0-d floating tensor, got a {lr.dtype} tensor "
                                 f"of shape {tuple(lr.shape)}")
-            if not at_step and value_checks_enabled() and not bool(torch.isfinite(lr)):
-                raise ValueError(f"lr must be a finite number >= 0, got {lr}")
-            if not at_step:
+            # read where it costs no wait: at construction, or a CPU tensor in an eager step (a GPU's is folded
+            # into the step's flag instead, see LrSkips)
+            if not at_step or Spectra._reads_lr_on_host(lr):
+                if value_checks_enabled() and not bool(torch.isfinite(lr)):
+                    raise ValueError(f"lr must be a finite number >= 0, got {lr}")
                 check_scalar(lr, "lr", low=0.0)
         else:
             check_scalar(lr, "lr", low=0.0, allow_tensor=False)
@@ -487,6 +497,12 @@ class Spectra(torch.optim.Optimizer):
     def skipped_steps(self) -> torch.Tensor:
         """Number of steps skipped because of non-finite gradients (0-d tensor; reading it does not sync)."""
         return self.param_groups[0]["skipped_steps"]
+
+    def lr_skipped_steps(self) -> dict[int, int]:
+        """Steps skipped so far because a group's tensor ``lr`` was not finite or negative (on a GPU, where
+        the step does not read it: a CPU tensor raises ``ValueError`` at the step), by group index; counted
+        in eager steps. Reads the device. Such steps are also counted in ``skipped_steps``."""
+        return self._lr_skips.totals()
 
     def release_buffers(self) -> None:
         """Free the tensors the optimizer keeps between steps besides its state: on a CPU the work tensor of
@@ -913,11 +929,18 @@ class Spectra(torch.optim.Optimizer):
         good = self._host_finite(checked, grad_norm) if checked and self._flags_on_host(grads, grad_norm) else None
         ok = None if good is not None or not checked else self._finite_flag(checked, grad_norm)
         hyper = None
-        for group in self.param_groups:  # tensor hyperparameters (a tensor lr): folded in, never read
+        eager = not torch.compiler.is_compiling()
+        if eager:
+            self._lr_skips.poll(type(self).__name__)
+        for i, group in enumerate(self.param_groups):  # tensor hyperparameters (a tensor lr): folded in, never read
             if isinstance(group["lr"], torch.Tensor):
                 device = grads[0].device if ok is None else ok.device
                 f = self._tensor_hyper_flag(group, device)
+                if eager:
+                    self._lr_skips.add(i, f)
                 hyper = f if hyper is None else hyper * f.to(hyper.device, non_blocking=True)
+        if hyper is not None and eager:
+            self._lr_skips.publish()
         if hyper is not None:
             ok = hyper if ok is None else ok * hyper.to(ok.device, non_blocking=True)
         self._post_flags.clear()

@@ -29,6 +29,7 @@ from collections import defaultdict
 import torch
 
 from spectrakit._checks import check_choice, check_int
+from spectrakit._files import open_append, write_atomic
 from spectrakit.train.logs import RunLogger
 
 
@@ -157,8 +158,7 @@ class SpectralDiagnostics:
             with open(self.spectra_path) as f:
                 rows = [json.loads(line) for line in f if line.strip()]
             self.spectra = [r for r in rows if r["step"] < start]
-            with open(self.spectra_path, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in self.spectra)
+            write_atomic(self.spectra_path, "".join(json.dumps(r) + "\n" for r in self.spectra))
 
     @property
     def rows(self) -> list[dict]:
@@ -178,7 +178,7 @@ class SpectralDiagnostics:
             if self._spectra_fresh and os.path.exists(self.spectra_path):
                 os.remove(self.spectra_path)
             self._spectra_fresh = False
-            with open(self.spectra_path, "a") as f:
+            with open_append(self.spectra_path) as f:
                 f.write(json.dumps(row) + "\n")
 
     def before_step(self, ctx) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
+
+from spectrakit._files import open_append, read_regular, write_atomic
 
 
 class RunLogger:
@@ -39,14 +42,14 @@ class RunLogger:
         kept = [r for r in (read_jsonl(self.jsonl) if os.path.exists(self.jsonl) else [])
                 if r.get(key, -math.inf) is not None and r.get(key, -math.inf) <= last_step]
         self.rows = kept
-        with open(self.jsonl, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in kept)
+        write_atomic(self.jsonl, "".join(json.dumps(r) + "\n" for r in kept))
         self._csv_cols = list(kept[0]) if kept else None
-        with open(self.csv, "w", newline="") as f:
-            if kept:
-                w = csv.writer(f)
-                w.writerow(self._csv_cols)
-                w.writerows(["" if r.get(c) is None else r.get(c) for c in self._csv_cols] for r in kept)
+        buf = io.StringIO(newline="")
+        if kept:
+            w = csv.writer(buf)
+            w.writerow(self._csv_cols)
+            w.writerows(["" if r.get(c) is None else r.get(c) for c in self._csv_cols] for r in kept)
+        write_atomic(self.csv, buf.getvalue())
         return kept
 
     def log(self, row: dict) -> None:
@@ -59,17 +62,16 @@ class RunLogger:
             for p in (self.jsonl, self.csv):
                 if os.path.exists(p):
                     os.remove(p)
-        with open(self.jsonl, "a") as f:
+        with open_append(self.jsonl) as f:
             f.write(json.dumps(row) + "\n")
         if self._csv_cols is None:
             self._csv_cols = list(row)
-            with open(self.csv, "a", newline="") as f:
+            with open_append(self.csv, newline="") as f:
                 csv.writer(f).writerow(self._csv_cols)
-        with open(self.csv, "a", newline="") as f:
+        with open_append(self.csv, newline="") as f:
             csv.writer(f).writerow(["" if row.get(c) is None else row.get(c) for c in self._csv_cols])
 
 
 def read_jsonl(path: str) -> list[dict]:
-    """All rows of a JSONL log."""
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """All rows of a JSONL log (a regular file of at most 1 GiB; ``ValueError`` otherwise)."""
+    return [json.loads(line) for line in read_regular(path, 1 << 30, "log").splitlines() if line.strip()]

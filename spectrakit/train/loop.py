@@ -378,11 +378,19 @@ def train(
             raise interrupt.Interrupted(step, interrupt.requested(), path)
     if bar is not None:
         bar.close()
-    final = float("nan") if diverged else run_eval(step)
+    if diverged:
+        final = float("nan")
+    elif step == start and evals and evals[-1]["step"] == step:  # resumed after the final checkpoint: done
+        final = evals[-1]["val_loss"]
+    else:
+        final = run_eval(step)
     if ckpt_dir and not diverged and not (cfg.ckpt_every and step % cfg.ckpt_every == 0):
         _checkpoint(ckpt_dir, sharded, main, core, optimizer, scheduler, step, data, keep=cfg.ckpt_keep)
+    if not windows_ms:  # no step ran in this process (resumed at the end): the step time of the logs
+        logged = [r.get("step_ms") for r in logger.rows]
+        windows_ms = [(ms, 1) for ms in logged if isinstance(ms, (int, float)) and math.isfinite(ms) and ms > 0]
     timed = windows_ms[1:] if len(windows_ms) > 1 else windows_ms
-    step_ms = sum(ms * n for ms, n in timed) / max(1, sum(n for _, n in timed))
+    step_ms = sum(ms * n for ms, n in timed) / sum(n for _, n in timed) if timed else float("nan")
     return TrainResult(
         logs=[r for r in logger.rows if "loss" in r],
         evals=evals,

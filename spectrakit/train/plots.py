@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
+from spectrakit._files import save_figure
 from spectrakit.train.logs import read_jsonl
 
 
@@ -58,7 +59,7 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, layers: list[str] | None = N
     ax.legend()
     written.append(os.path.join(out_dir, "loss.png"))
     fig.tight_layout()
-    fig.savefig(written[-1], dpi=120)
+    save_figure(fig, written[-1], dpi=120)
     plt.close(fig)
 
     diag = {d: _read(d, "diagnostics") for d in run_dirs}
@@ -81,7 +82,7 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, layers: list[str] | None = N
         axes[0].legend()
         written.append(os.path.join(out_dir, "norms.png"))
         fig.tight_layout()
-        fig.savefig(written[-1], dpi=120)
+        save_figure(fig, written[-1], dpi=120)
         plt.close(fig)
 
     spectra = {d: _read(d, "spectra") for d in run_dirs}
@@ -104,7 +105,7 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, layers: list[str] | None = N
                     ax.legend(fontsize=6)
         written.append(os.path.join(out_dir, "spectra.png"))
         fig.tight_layout()
-        fig.savefig(written[-1], dpi=110)
+        save_figure(fig, written[-1], dpi=110)
         plt.close(fig)
 
     noise = {d: _read(d, "noise") for d in run_dirs}
@@ -132,6 +133,6 @@ def plot_runs(run_dirs: list[str], out_dir: str, *, layers: list[str] | None = N
             ax.grid(alpha=0.3)
         written.append(os.path.join(out_dir, "noise.png"))
         fig.tight_layout()
-        fig.savefig(written[-1], dpi=110)
+        save_figure(fig, written[-1], dpi=110)
         plt.close(fig)
     return written

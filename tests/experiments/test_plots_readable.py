@@ -21,7 +21,10 @@ def figures(monkeypatch):
     original = Figure.savefig
 
     def record(self, path, *a, **k):
-        saved[str(path).rsplit("/", 1)[-1]] = self
+        name = str(path).rsplit("/", 1)[-1]
+        if name.startswith(".tmp-"):  # written to a temporary file, then renamed (spectrakit._files.save_figure)
+            name = name[len(".tmp-"):].rsplit("-", 1)[0]
+        saved[name] = self
         return original(self, path, *a, **k)
 
     monkeypatch.setattr(Figure, "savefig", record)

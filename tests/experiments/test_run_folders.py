@@ -35,20 +35,20 @@ def _mine(path, text="keep me"):
 
 def test_force_deletes_only_what_a_comparison_wrote(tmp_path, capsys, quick_plots):
     out = tmp_path / "out"
-    for name in ("photos-s2023", "thesis-s1", "adamw-s9", "adamw-s0-old"):  # names that look like run folders
-        _mine(out / name)
     assert main(["compare", *TINY, "--out", str(out)]) == 0
     assert runfolders.read_index(str(out))["runs"] == ["adamw-s0"]
+    for name in ("photos-s2023", "thesis-s1", "adamw-s9", "adamw-s0-old"):  # names that look like run folders
+        _mine(out / name)
     assert main(["compare", *TINY, "--out", str(out)]) == 2  # a previous comparison: --resume or --force
     assert "--force" in capsys.readouterr().err
-    # a run folder of an older comparison without an index: recognised by its files
+    # a folder with a run's files but no marker (not made by the tool): kept
     os.makedirs(out / "spectra-adamw-s3")
     (out / "spectra-adamw-s3" / "metrics.jsonl").write_text("")
     assert main(["compare", *TINY, "--out", str(out), "--force", "--seeds", "1"]) == 0
     left = sorted(os.listdir(out))
     for name in ("photos-s2023", "thesis-s1", "adamw-s9", "adamw-s0-old"):
         assert (out / name / "notes.txt").read_text() == "keep me"
-    assert "adamw-s0" not in left and "spectra-adamw-s3" not in left and "adamw-s1" in left
+    assert "adamw-s0" not in left and "spectra-adamw-s3" in left and "adamw-s1" in left
     assert runfolders.read_index(str(out))["runs"] == ["adamw-s1"]
 
 
@@ -59,8 +59,12 @@ def test_index_cannot_delete_outside_out(tmp_path):
     os.symlink(victim, out / "link-s0")
     (out / runfolders.INDEX).write_text(json.dumps({"command": "compare", "options": {},
                                                     "runs": ["../victim", "link-s0", "/tmp", "..", ""]}))
-    runfolders.remove_runs(str(out), runfolders.read_index(str(out))["runs"])
+    runfolders.remove_runs(str(out))  # the index names no folder to delete: only marked run folders go
     assert (victim / "notes.txt").exists() and os.path.islink(out / "link-s0")
+    for bad in (["../victim"], ["/tmp"], [".."], [""]):  # result file names are names inside out, nothing else
+        with pytest.raises(ValueError, match="files must be names"):
+            runfolders.remove_runs(str(out), tuple(bad))
+    assert (victim / "notes.txt").exists()
     with pytest.raises(ValueError, match="runs"):
         runfolders.write_index(str(out), "compare", {}, ["../victim"])
     (out / runfolders.INDEX).write_text("[" * 100000)  # not an index: ignored, never followed

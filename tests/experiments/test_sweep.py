@@ -11,6 +11,7 @@ import pytest
 
 from spectrakit import cli
 from spectrakit.experiments import compare as cmp
+from spectrakit.experiments import runfolders
 from spectrakit.experiments import sweep as sw
 
 TINY = dict(
@@ -126,7 +127,8 @@ def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch,
     assert len(data["rows"]) == 4 and len(data["ran"]) == 4 and data["skipped"] == []
     runs = ["adamw-lr0.001-s0", "adamw-lr0.01-s0", "spectra-adamw-lr0.001-s0", "spectra-adamw-lr0.01-s0"]
     assert sorted(os.listdir(out)) == sorted(
-        [*runs, "best", "lr_sensitivity.png", "sweep.json", "sweep.md", ".spectrakit-runs.json", ".spectrakit.lock"])
+        [*runs, "best", "lr_sensitivity.png", "sweep.json", "sweep.md", ".spectrakit-out.json", ".spectrakit-runs.json",
+         ".spectrakit.lock"])
     assert sorted(json.load(open(os.path.join(out, ".spectrakit-runs.json")))["runs"]) == runs
     assert {(r["optimizer"], r["lr"]) for r in data["rows"]} == {
         (o, lr) for o in ("adamw", "spectra-adamw") for lr in (1e-3, 1e-2)}
@@ -152,7 +154,7 @@ def test_tiny_sweep_writes_four_runs_and_rerun_skips_them(tmp_path, monkeypatch,
 def test_unfinished_run_folder_is_trained_again(tmp_path):
     point = {"optimizer": "adamw", "c": None, "lr": 1e-3, "seed": 0}
     run_dir = tmp_path / sw.run_name(point)
-    run_dir.mkdir()
+    runfolders.make_run(str(tmp_path), run_dir.name)  # the folder an interrupted sweep left
     (run_dir / sw.RUN_FILE).write_text('{"complete": false}')
     assert sw.load_finished(str(run_dir)) is None
     res = sw.sweep(lrs=(1e-3,), out=str(tmp_path), optimizers=("adamw",), seeds=(0,), **TINY)

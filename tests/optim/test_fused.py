@@ -236,10 +236,11 @@ def test_tensor_lr_equals_torch_fused_with_a_tensor_lr(name, kw):
 @pytest.mark.parametrize("name,kw", [("AdamW", dict(weight_decay=0.1)), ("SGD", dict(momentum=0.9, weight_decay=0.1)),
                                      ("SGD", dict(momentum=0.9, check_finite=False))])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
-def test_bad_tensor_lr_skips_the_step(name, kw, bad):
-    """A non-finite or negative tensor ``lr`` skips the step (parameters, moments, step counters unchanged) and
-    counts it, also with decoupled weight decay (a nan lr must not reach ``1 - lr wd``) and without the gradient
-    check."""
+def test_bad_tensor_lr_skips_the_step(name, kw, bad, monkeypatch):
+    """A non-finite or negative tensor ``lr`` is refused by an eager CPU step (ValueError, nothing changed); where
+    the step does not read it (a GPU's tensor: forced here) it skips the step (parameters, moments, step counters
+    unchanged) and counts it, also with decoupled weight decay (a nan lr must not reach ``1 - lr wd``) and
+    without the gradient check."""
     ps = [torch.nn.Parameter(x.clone()) for x in _init()]
     lr = torch.tensor(1e-2)
     opt = getattr(O, name)(ps, lr=lr, **kw)
@@ -249,11 +250,15 @@ def test_bad_tensor_lr_skips_the_step(name, kw, bad):
     before = [p.detach().clone() for p in ps]
     states = copy.deepcopy([opt.state[p] for p in ps])
     lr.fill_(bad)
+    with pytest.raises(ValueError, match="param group 0: lr must be"):
+        opt.step()
+    assert all(torch.equal(p, b) for p, b in zip(ps, before))
+    monkeypatch.setattr(O.Spectra, "_reads_lr_on_host", staticmethod(lambda lr: False))
     opt.step()
     assert _route(opt) == name.lower()
     assert all(torch.equal(p, b) for p, b in zip(ps, before))
     assert all(torch.equal(opt.state[p][k], st[k]) for p, st in zip(ps, states) for k in st)
-    assert int(opt.skipped_steps) == 1
+    assert int(opt.skipped_steps) == 1 and opt.lr_skipped_steps() == {0: 1}
     lr.fill_(1e-2)
     opt.step()
     assert not any(torch.equal(p, b) for p, b in zip(ps, before) if p.numel() > 1)

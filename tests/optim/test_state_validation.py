@@ -131,3 +131,51 @@ def test_a_checkpoint_with_a_wrong_shaped_state_falls_back(tmp_path, capsys):
     assert "key 'exp_avg': expected shape (5, 6), found (1,)" in capsys.readouterr().err
     model2(torch.randn(4, 6)).square().mean().backward()
     opt2.step()
+
+
+def test_a_nan_tensor_lr_set_later_raises_on_the_cpu():
+    """A float NaN lr raised ValueError, a tensor NaN was silently skipped at every step: on the CPU (a read
+    that waits for nothing) both raise, naming the group."""
+    model = torch.nn.Linear(4, 3)
+    opt = so.SpectraAdamW(model.parameters(), lr=torch.tensor(1e-3))
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    for bad in (float("nan"), -1.0, float("inf")):
+        opt.param_groups[0]["lr"] = torch.tensor(bad)
+        with pytest.raises(ValueError, match="param group 0: lr must be"):
+            opt.step()
+    assert int(opt.param_groups[0]["skipped_steps"]) == 0
+
+
+def test_lr_skips_count_and_warn_once_per_group():
+    """The GPU route (no host read): the device counter, a copy read only once finished, one warning per group
+    naming it. Exercised here with CPU tensors (the copy is then ready at once)."""
+    import warnings
+
+    from spectrakit.optim.lr_report import LrSkips
+
+    skips = LrSkips()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for flag in (1.0, 0.0, 0.0, 1.0):
+            skips.poll("SpectraAdamW")
+            skips.add(1, torch.tensor(flag))
+            skips.publish()
+        skips.poll("SpectraAdamW")
+    messages = [str(w.message) for w in seen]
+    assert len(messages) == 1 and "param group 1" in messages[0] and "1 step(s)" in messages[0]
+    assert skips.totals() == {1: 2}
+
+
+def test_model_mismatch_names_the_key_and_the_shape(tmp_path):
+    from spectrakit.checkpoint import CheckpointError
+
+    model, opt = _trained(so.AdamW, steps=1)
+    save(str(tmp_path / "ck"), model=model, optimizer=opt, step=1)
+    other = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.Linear(4, 3), torch.nn.Linear(3, 3))
+    with pytest.raises(CheckpointError) as err:
+        load(str(tmp_path / "ck"), model=other)
+    text = str(err.value)
+    assert "missing key '2.weight' (and 1 more)" in text
+    assert "'0.weight' has shape (5, 6) in the checkpoint, (4, 6) in the model" in text
+    assert "\n" not in text

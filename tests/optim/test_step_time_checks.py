@@ -168,7 +168,7 @@ def test_linf_fw_update_obeys_its_bound_on_spiked_gradients(b):
         assert step <= lr * alpha * c * (1 + 1e-3), float(step)
 
 
-def test_muon_accepts_a_tensor_lr_like_torch():
+def test_muon_accepts_a_tensor_lr_like_torch(monkeypatch):
     shapes = [(8, 5), (5, 8)]
     gen = torch.Generator().manual_seed(31)
     init = [torch.randn(s, generator=gen) for s in shapes]
@@ -184,11 +184,15 @@ def test_muon_accepts_a_tensor_lr_like_torch():
         ref_opt.step()
     for a, r in zip(ours, ref):
         assert torch.allclose(a, r, rtol=0, atol=1e-5)
-    # a tensor lr that turns nan is folded into the skip flag (no host read at step time)
+    # a tensor lr that turns nan: refused by an eager CPU step; folded into the skip flag where the step does not
+    # read it (a GPU's tensor, forced here)
     opt.param_groups[0]["lr"].fill_(math.nan)
     before = [a.detach().clone() for a in ours]
     for a in ours:
         a.grad = torch.ones_like(a)
+    with pytest.raises(ValueError, match="lr must be"):
+        opt.step()
+    monkeypatch.setattr(O.Spectra, "_reads_lr_on_host", staticmethod(lambda lr: False))
     opt.step()
     assert all(torch.equal(a.detach(), b) for a, b in zip(ours, before))
     assert int(opt.skipped_steps) == 1

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING, Any
 
+from spectrakit._files import write_atomic
 from spectrakit.experiments.io import environment, markdown_table
 
 if TYPE_CHECKING:
@@ -107,10 +108,6 @@ def write_report(out: str, name: str, entry: dict[str, Any], env: dict[str, str]
     report = _load(path)
     report["env"] = env
     report.setdefault("stages", {})[name] = entry
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=1, default=str)
-    os.replace(tmp, path)
-    with open(os.path.join(out, "REPORT.md"), "w") as f:
-        f.write(render(report, order))
+    write_atomic(path, json.dumps(report, indent=1, default=str))
+    write_atomic(os.path.join(out, "REPORT.md"), render(report, order))
     return report
