@@ -40,6 +40,13 @@ from ._util import mT
 GRAM_DEVICE_TYPES = ("cpu",)
 # eigenvalues of A below RESOLVE * m * eps_64 * lambda_max are treated as 0 (not resolved by float64 eigh)
 RESOLVE = 16.0
+# resolved eigenvalues below NEAR * m * eps_64 * lambda_max: sqrt(lambda) may be off by more than ~1e-7 and the
+# eigenvectors of nearby ones mix; a matrix with such eigenvalues takes the accurate SVD (_svd_weights)
+NEAR = 1e7
+# singular values of the accurate SVD below NOISE * eps_64 * sqrt(k n) * s_max are rounding: zeros
+NOISE = 8.0
+# ... and below INPUT_NOISE * eps * s_max of the input's dtype (a float32 matrix's own rounding): zeros
+INPUT_NOISE = 4.0
 # element budget of the float64 block temporaries (the work tensor is transformed block by block)
 BLOCK_NUMEL = 2**20
 
@@ -94,33 +101,96 @@ def _use_syevr(a: torch.Tensor) -> bool:
     return a.device.type == "cpu" and not a.requires_grad and not torch.compiler.is_compiling()
 
 
-def _weights(lam: torch.Tensor, k: int, scale: torch.Tensor, finite: torch.Tensor, s_star) -> torch.Tensor:
-    """``w = s*(sqrt(lam)) / sqrt(lam)`` per eigenvalue (``(B, k)``; 0 for unresolved eigenvalues, nan for a
-    non-finite matrix); ``scale`` = ``p / b`` per matrix (``(B,)``)."""
+def _spectrum(lam: torch.Tensor, k: int, scale: torch.Tensor, s_star):
+    """``(ok, sig, target)`` per eigenvalue (``(B, k)``): resolved or not, ``sqrt(lam)`` (1 where unresolved)
+    and ``s*(sqrt(lam))``; ``scale`` = ``p / b`` per matrix (``(B,)``)."""
     lam_max = lam[:, -1:].clamp_min(0)
     ok = lam > (RESOLVE * k * torch.finfo(torch.float64).eps) * lam_max
     sig = torch.sqrt(torch.where(ok, lam, torch.ones_like(lam)))  # singular values of x / s
     target = s_star(sig * scale[:, None])  # (p / b may overflow to inf: r = inf, s* = its limit)
+    return ok, sig, target
+
+
+def _weights(lam: torch.Tensor, k: int, scale: torch.Tensor, finite: torch.Tensor, s_star) -> torch.Tensor:
+    """``w = s*(sqrt(lam)) / sqrt(lam)`` per eigenvalue (``(B, k)``; 0 for unresolved eigenvalues, nan for a
+    non-finite matrix); ``scale`` = ``p / b`` per matrix (``(B,)``)."""
+    ok, sig, target = _spectrum(lam, k, scale, s_star)
     w = torch.where(ok, target / sig, torch.zeros_like(sig))
     return torch.where(finite[:, None], w, torch.full_like(w, math.nan))
 
 
-def _w_syevr_(a: torch.Tensor, k: int, scale: torch.Tensor, finite: torch.Tensor, s_star, sign: float) -> None:
+def _needs_svd(lam: torch.Tensor, k: int, scale: torch.Tensor, s_star) -> torch.Tensor:
+    """``(B,)``: whether a matrix needs :func:`_svd_weights`: the map is not linear at a resolved eigenvalue
+    below ``NEAR k eps_64 lambda_max`` (there ``sqrt(lambda)`` may be off by more than ~1e-7 relative and such
+    eigenvectors mix: ``s*(s) s_true / s`` would be wrong, above ``D`` when ``s*`` saturates; where
+    ``s*(s) = s / b`` the Gram route is exact whatever ``s``), or it has unresolved eigenvalues while the map
+    gives directions at the cut-off more than ``1e-5`` of its largest output (entropy, Schatten ``p > 2``:
+    tiny directions carry the answer; for the Frobenius map they are below ``~2e-6`` of it)."""
+    eps = torch.finfo(torch.float64).eps
+    lam_max = lam[:, -1:].clamp_min(0)
+    cut = RESOLVE * k * eps * lam_max
+    near = (lam > cut) & (lam < NEAR * k * eps * lam_max)
+    r = torch.sqrt(torch.where(near, lam, lam_max)) * scale[:, None]
+    bent = (s_star(1.01 * r) - 1.01 * s_star(r)).abs() > 1e-6 * s_star(1.01 * r)
+    top = s_star(torch.sqrt(lam_max) * scale[:, None])[:, 0]
+    at_cut = s_star(torch.sqrt(cut) * scale[:, None])[:, 0]
+    weighted = (lam <= cut).any(-1) & (at_cut > 1e-5 * top)
+    return ((near & bent).any(-1) | weighted) & (lam_max[:, 0] > 0)
+
+
+def _svd_weights(q, lam, k, scale, finite, s_star, x, s64, wide) -> torch.Tensor:
+    """``W`` (``(B, k, k)``, symmetric) from an SVD of ``Y = Q^T G`` accurate to ``eps_64 s_max`` *absolute*
+    (so singular values below the Gram cut-off are resolved): ``C = Y Y^T`` from ``G`` block by block (each
+    entry accurate relative to its rows' norms ``rho``), ``C = D S D`` with ``D = diag(rho)``, ``B = D S^(1/2)``
+    (``B B^T = C``: the singular values and left vectors of ``B`` are those of ``Y``; ``S`` is near the
+    identity, so ``B`` carries ``Y``'s scales exactly), ``B = U diag(s) V^T`` (LAPACK), then
+    ``W = (Q U) diag(s*(s) / s) (Q U)^T``. Singular values at rounding level (below ``NOISE eps_64 sqrt(k n)
+    s_max`` and ``INPUT_NOISE eps s_max`` of the input's dtype) are zeros: a rank-deficient ``G``'s null space,
+    rounded to float32, maps to 0."""
+    bsz, m, n = x.shape
+    c = torch.zeros_like(q)
+    for j0, j1 in _blocks(n if wide else m, bsz * k, x.numel()):
+        blk = (x[:, :, j0:j1] if wide else mT(x[:, j0:j1, :])).to(torch.float64, copy=True).div_(s64)
+        y = mT(q) @ blk  # (B, k, block): rows of Q^T G
+        c.baddbmm_(y, mT(y))
+        del blk, y
+    rho = torch.sqrt(torch.diagonal(c, dim1=-2, dim2=-1).clamp_min(0))
+    dinv = torch.where(rho > 0, 1.0 / rho, torch.zeros_like(rho))
+    s_mat = c * dinv[:, :, None] * dinv[:, None, :] + torch.diag_embed((rho == 0).to(c.dtype))
+    mu, p = torch.linalg.eigh(s_mat)
+    half = (p * mu.clamp_min(0).sqrt()[:, None, :]) @ mT(p)
+    u, sig, _ = torch.linalg.svd(rho[:, :, None] * half)
+    eps = torch.finfo(torch.float64).eps
+    floor = max(NOISE * eps * math.sqrt(k * max(m, n)), INPUT_NOISE * torch.finfo(x.dtype).eps)
+    ok = sig > floor * sig[:, :1]
+    sig1 = torch.where(ok, sig, torch.ones_like(sig))
+    w = torch.where(ok, s_star(sig1 * scale[:, None]) / sig1, torch.zeros_like(sig))
+    v = q @ u
+    wm = (v * w[:, None, :]) @ mT(v)
+    return torch.where(finite[:, None, None], wm, torch.full_like(wm, math.nan))
+
+
+def _w_syevr_(a: torch.Tensor, k: int, scale: torch.Tensor, finite: torch.Tensor, s_star, sign: float,
+              x: torch.Tensor, s64: torch.Tensor, wide: bool) -> None:
     """Overwrite each ``A_i`` of the batch with ``W_i = sign Q diag(w) Q^T``: LAPACK's relatively robust
     representations driver ``dsyevr`` (Dhillon and Parlett 2004, through SciPy) destroys ``A_i`` and returns
     the eigenvectors ``Q`` in a new ``k x k`` array, ``W_i = (Q sqrt(w)) (Q sqrt(w))^T`` is written into
-    ``A_i``'s storage, and ``Q`` is freed: ``k^2`` float64 beyond the batch's ``A`` (``torch.linalg.eigh``:
-    ``2 k^2`` of divide-and-conquer workspace, then a ``k x k`` product). Measured at k = 1024 (1 thread):
+    ``A_i``'s storage, and ``Q`` is freed. A matrix that needs it (:func:`_needs_svd`) gets
+    :func:`_svd_weights` instead. Measured at k = 1024 (1 thread):
     560 ms against torch's 724 ms, residuals ``||A Q - Q diag(lam)|| / ||A||`` 2.2e-15 and 2.8e-15."""
     from scipy.linalg import eigh as scipy_eigh
 
     for i in range(a.shape[0]):
         # a[i].mT is Fortran-ordered: SciPy hands it to LAPACK without a copy (and may overwrite it)
         lam, q = scipy_eigh(a[i].mT.numpy(), driver="evr", overwrite_a=True, check_finite=False)
-        w = _weights(torch.from_numpy(lam)[None], k, scale[i:i + 1], finite[i:i + 1], s_star)[0]
-        qt = torch.from_numpy(q)  # (column-major, eigenvectors in its columns)
-        qt.mul_(w.sqrt()[None, :])
-        torch.matmul(qt, mT(qt), out=a[i])
+        lam_t, qt = torch.from_numpy(lam)[None], torch.from_numpy(q)  # (qt: column-major, eigenvectors in columns)
+        if bool(finite[i]) and bool(_needs_svd(lam_t, k, scale[i:i + 1], s_star)[0]):  # (CPU: no wait)
+            a[i].copy_(_svd_weights(qt[None], lam_t, k, scale[i:i + 1], finite[i:i + 1], s_star, x[i:i + 1],
+                                    s64[i:i + 1], wide)[0])
+        else:
+            w = _weights(lam_t, k, scale[i:i + 1], finite[i:i + 1], s_star)[0]
+            qt.mul_(w.sqrt()[None, :])
+            torch.matmul(qt, mT(qt), out=a[i])
         a[i].mul_(sign)
         del lam, q, qt
 
@@ -149,7 +219,7 @@ def gram_map_(x: torch.Tensor, s_star, b: float, sign: float = 1.0) -> torch.Ten
     a.masked_fill_(~finite[:, None, None], 0.0)
     scale = s64[:, 0, 0] / b
     if _use_syevr(a):
-        _w_syevr_(a, k, scale, finite, s_star, sign)
+        _w_syevr_(a, k, scale, finite, s_star, sign, x, s64, wide)
         wm = a
     else:
         lam, q = _eigh_(a)
@@ -159,11 +229,8 @@ def gram_map_(x: torch.Tensor, s_star, b: float, sign: float = 1.0) -> torch.Ten
         # at a time: one new k x k at a time, whatever the batch size
         if q.requires_grad:  # (explicit method="gram" under autograd: no in-place step, no sqrt'(0))
             wm = (q * (w * sign)[:, None, :]) @ mT(q)
-        else:
-            wm = q.mul_(w.sqrt()[:, None, :])
-            for i in range(bsz):
-                wm[i].copy_(wm[i] @ mT(wm[i]))
-            wm.mul_(sign)
+        else:  # the accurate SVD for every matrix (no host read to pick the matrices)
+            wm = _svd_weights(q, lam, k, scale, finite, s_star, x, s64, wide).mul_(sign)
         del q
     for j0, j1 in _blocks(n if wide else m, bsz * k, x.numel()):
         view = x[:, :, j0:j1] if wide else x[:, j0:j1, :]
