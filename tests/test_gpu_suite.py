@@ -236,3 +236,42 @@ def test_driver_version_from_nvidia_smi(tmp_path, monkeypatch):
     assert report._driver_version() == "n/a (nvidia-smi failed)"
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     assert report._driver_version() == "n/a (no nvidia-smi)"
+
+
+def test_scale_stage_tiny_on_cpu(tmp_path, monkeypatch):
+    """``spectrakit gpu-suite --stage scale --device cpu --tiny``: ``scale.json`` with the keys the H100 run
+    fills (optimizer and training steps, overhead, memory, launches, the large-LR runs), ``scale.md`` and the
+    loss-curve figure; the paper's code, given as a checkout folder, is imported from there and timed."""
+    ref = tmp_path / "checkout" / "src" / "optim"
+    ref.mkdir(parents=True)
+    # a stand-in checkout with the authors' file layout and class name (their code is never copied here)
+    (ref / "post_process.py").write_text("def clip_sigvals(U, clip_c, ns_iter):\n    return U.clamp(-clip_c, clip_c)\n")
+    (ref / "spectra.py").write_text(
+        "import torch\nfrom .post_process import clip_sigvals\n\n"
+        "class SPECTRA:\n"
+        "    def __init__(self, base_optimizer, post_process='clip', clip_c=1.0, ns_steps=10, base_lr=1e-3):\n"
+        "        self.base = base_optimizer\n"
+        "    def step(self):\n"
+        "        self.base.step()\n"
+        "        with torch.no_grad():\n"
+        "            for g in self.base.param_groups:\n"
+        "                for p in g['params']:\n"
+        "                    p.copy_(clip_sigvals(p, 10.0, 10))\n")
+    out = tmp_path / "gpu_report"
+    rc = main(["gpu-suite", "--device", "cpu", "--tiny", "--out", str(out), "--threads", "1", "--stage", "scale",
+               "--reference", str(tmp_path / "checkout"), "--scale-steps", "4"])
+    entry = json.loads((out / "report.json").read_text())["stages"]["scale"]
+    assert rc == 0 and entry["status"] == "ok", entry.get("error")
+    data = json.loads((out / "scale.json").read_text())
+    for key in ("opt_step_ms", "train_step_ms", "overhead_pct", "peak_extra_mib", "launches_per_step", "repro"):
+        assert key in data, key
+    for model in ("124m", "160m"):
+        steps = data["opt_step_ms"][model]
+        assert {"torch AdamW (fused)", "AdamW", "SpectraAdamW", "paper SPECTRA-AdamW"} <= set(steps)
+        assert all(v > 0 for v in steps.values())
+        assert data["launches_per_step"][model]["SpectraAdamW"] > data["launches_per_step"][model]["AdamW"]
+    assert set(data["train_step_ms"]) == {"adamw", "spectra-adamw", "muon"}
+    assert data["repro"]["steps"] == 4 and {r["optimizer"] for r in data["repro"]["runs"]} == {"signum",
+                                                                                                "spectra-signum"}
+    assert all(r["final_val_loss"] > 0 for r in data["repro"]["runs"])
+    assert os.path.getsize(os.path.join(out, "scale_loss.png")) > 1000 and os.path.exists(os.path.join(out, "scale.md"))

@@ -29,6 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "compare run is interrupted)")
     parser.add_argument("--compare-steps", type=positive_int, default=None,
                         help="steps of the compare stage (default: its setting's)")
+    parser.add_argument("--reference", default=None, metavar="PATH",
+                        help="scale stage: a local checkout of the authors' SPECTRA code (its src/optim/spectra.py "
+                        "and post_process.py are imported from there and timed beside ours)")
+    parser.add_argument("--scale-steps", type=positive_int, default=None,
+                        help="scale stage: training steps of each large-LR run (default 600; tiny 6)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
                               "--out", args.out, "--budget", str(args.budget),
                               *[a for s in stages for a in ("--stage", s)]])
     report = run_suite(stages, device=device, tiny=args.tiny, out=args.out, budget_s=float(args.budget),
-                       options={"compare_steps": args.compare_steps}, command=command)
+                       options={"compare_steps": args.compare_steps, "reference": args.reference,
+                                "scale_steps": args.scale_steps}, command=command)
     failed = [n for n in stages if report["stages"][n]["status"] != "ok"]
     print(f"report: {args.out}/REPORT.md" + (f"; failed stages: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0

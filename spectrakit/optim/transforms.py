@@ -150,7 +150,8 @@ def workspace_numel(post: str, m: int, n: int) -> int:
     iteration), 0 for an identity and for the other transforms (not modelled: they allocate at least a
     full-size output). Used to size the default batches (see ``Spectra``'s ``max_batch_numel``). The
     regularised Frank-Wolfe posts (``spectral_lmo``, ``linf_fw``; CPU Gram route): ``8 min(m, n)^2`` (four
-    float64 ``min(m, n)^2`` matrices: the Gram matrix, its eigenvectors, ``W``, one product)."""
+    float64 ``min(m, n)^2`` matrices: the Gram matrix, its eigenvectors, ``W``, one product); a matrix that
+    takes the route's accurate SVD adds about nine float64 ``min(m, n)^2`` for that one matrix at a time."""
     fn = POST_TRANSFORMS.get(post)
     if fn is _soft_clip_fast:
         return 4 * min(m, n) ** 2

@@ -9,7 +9,9 @@ Stages (each runnable alone, each writing its part of the report folder):
 - ``train``: full bf16 training step of the ~124M model, SpectraAdamW against AdamW;
 - ``compare``: ``spectrakit compare`` at its GPU setting;
 - ``conv``: TN bound, F4 bound and exact norms of the Table 2 kernels of Grishina, Gorbunov & Rakhuba (2024)
-  and of ResNet-18's convolutions.
+  and of ResNet-18's convolutions;
+- ``scale``: SPECTRA at 124M/160M: optimizer and training steps beside torch, Muon and the paper's code, and
+  the paper's large-LR result (``scale.json``).
 
 A stage returns a :class:`StageResult`; :func:`run_suite` times it, records any exception (message and
 traceback tail) and goes on with the next stage, then merges the stage into ``report.json`` and rewrites
@@ -33,7 +35,7 @@ if TYPE_CHECKING:  # (imported where a stage runs: the command's options need no
 # stage name -> module (in run order)
 STAGES: dict[str, str] = {
     name: f"spectrakit.experiments.gpu_suite.stage_{name}"
-    for name in ("tests", "linalg", "optim", "train", "compare", "conv")
+    for name in ("tests", "linalg", "optim", "train", "compare", "conv", "scale")
 }
 
 
