@@ -14,18 +14,16 @@ CPU (elsewhere ``2 m^2`` of divide-and-conquer workspace), or one ``m x m`` prod
 full-size temporary. The input is scaled by a power of two near
 ``max|G|`` first (exact), so no norm overflows in any dtype.
 
-Singular values are read off as ``sqrt(lambda)``: rounding of ``A`` and ``eigh`` leaves eigenvalues with an
-absolute error of ``~m eps_64 lambda_max``, so singular values below ``~sqrt(m eps_64) s_max`` (``~5e-7 s_max``
-at ``m = 1024``) are not resolved. Eigenvalues below ``RESOLVE m eps_64 lambda_max`` (singular values below
-``~2e-6 s_max`` at ``m = 1024``) get ``w = 0``: those
-directions (the null space of a rank-deficient ``G`` among them) map to 0, the same convention as the polar
-route (the minimiser over matrices whose row and column spaces lie in those of ``G``). Every other output
-singular value is ``s*(s)`` to ``~1e-12`` relative (its ``w`` and direction come from a float64
-decomposition), so the bounds ``s* <= D`` hold to rounding of the output dtype. A non-finite input matrix
-gives a non-finite output (its ``A`` is replaced by 0 before ``eigh``, whose LAPACK call would fail on it).
+Singular values are read off as ``sqrt(lambda)``: eigenvalues below ``RESOLVE m eps_64 lambda_max`` are not
+resolved (``w = 0``: a rank-deficient ``G``'s null space maps to 0, as on the polar route), and those just
+above it are off by up to ~1/16. A matrix where that matters (:func:`_needs_svd`) takes an SVD of ``Q^T G``
+accurate to ``eps_64 s_max`` absolute (:func:`_svd_weights`), so ``s*(s) <= D`` holds for every input and
+entropy or Schatten maps see the directions below the cut-off. A non-finite input matrix gives a non-finite
+output (its ``A`` is replaced by 0 before ``eigh``, whose LAPACK call would fail on it).
 
-No tensor value is read on the host, but ``torch.linalg.eigh`` itself synchronises CUDA devices with the
-host, so this route is the default on CPU only (:data:`GRAM_DEVICE_TYPES`).
+On CPU the SVD is chosen per matrix from CPU values; elsewhere every matrix takes it (no value is read), but
+``torch.linalg.eigh`` itself synchronises CUDA devices with the host, so this route is the default on CPU
+only (:data:`GRAM_DEVICE_TYPES`).
 """
 
 from __future__ import annotations
@@ -180,11 +178,13 @@ def _w_syevr_(a: torch.Tensor, k: int, scale: torch.Tensor, finite: torch.Tensor
     560 ms against torch's 724 ms, residuals ``||A Q - Q diag(lam)|| / ||A||`` 2.2e-15 and 2.8e-15."""
     from scipy.linalg import eigh as scipy_eigh
 
+    # the choice of the accurate SVD is made per matrix on the host: CPU values (this route's only device), read
+    # as NumPy arrays, wait for nothing (as the optimizer's own host verdict on a CPU)
     for i in range(a.shape[0]):
         # a[i].mT is Fortran-ordered: SciPy hands it to LAPACK without a copy (and may overwrite it)
         lam, q = scipy_eigh(a[i].mT.numpy(), driver="evr", overwrite_a=True, check_finite=False)
         lam_t, qt = torch.from_numpy(lam)[None], torch.from_numpy(q)  # (qt: column-major, eigenvectors in columns)
-        if bool(finite[i]) and bool(_needs_svd(lam_t, k, scale[i:i + 1], s_star)[0]):  # (CPU: no wait)
+        if _needs_svd(lam_t, k, scale[i:i + 1], s_star).logical_and(finite[i]).numpy()[0]:
             a[i].copy_(_svd_weights(qt[None], lam_t, k, scale[i:i + 1], finite[i:i + 1], s_star, x[i:i + 1],
                                     s64[i:i + 1], wide)[0])
         else:
