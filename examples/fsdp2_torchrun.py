@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
+import spectrakit
 from spectrakit.data.batches import TokenBatches
 from spectrakit.data.tokens import prepare
 from spectrakit.distributed import load_checkpoint, save_checkpoint
@@ -49,6 +50,9 @@ parser.add_argument("--compile", action="store_true", help="torch.compile each t
 parser.add_argument("--compile-backend", default="inductor",
                     help="torch.compile backend with --compile (default inductor; aot_eager compiles fastest)")
 args = parser.parse_args()
+# torch's CPU threads as the `spectrakit` commands choose them: OMP_NUM_THREADS when set (torchrun sets 1 per
+# rank), else the cores not busy with other work (one thread per busy core made a loaded machine 10x slower)
+spectrakit.set_threads()
 
 dist.init_process_group("gloo")  # "nccl" with one GPU per process (and the model/batches on that GPU)
 rank, world = dist.get_rank(), dist.get_world_size()

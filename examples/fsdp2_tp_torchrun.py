@@ -33,6 +33,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+import spectrakit
 from spectrakit.data.batches import TokenBatches
 from spectrakit.data.tokens import prepare
 from spectrakit.distributed import load_checkpoint, save_checkpoint
@@ -60,6 +61,9 @@ parser.add_argument("--compile", action="store_true", help="torch.compile each t
 parser.add_argument("--compile-backend", default="inductor",
                     help="torch.compile backend with --compile (default inductor; aot_eager compiles fastest)")
 args = parser.parse_args()
+# torch's CPU threads as the `spectrakit` commands choose them: OMP_NUM_THREADS when set (torchrun sets 1 per
+# rank), else the cores not busy with other work (one thread per busy core made a loaded machine 10x slower)
+spectrakit.set_threads()
 
 world = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun; checked before any rank joins the group,
 if args.dp < 1 or args.tp < 1 or args.dp * args.tp != world:  # so that every rank exits 2 on its own

@@ -24,6 +24,7 @@ try:
 except ImportError:
     sys.exit("this example needs transformers: pip install 'spectrakit[examples]'")
 
+import spectrakit
 from spectrakit.data.tokens import prepare
 from spectrakit.optim import SpectraAdamW, param_groups
 from spectrakit.train.diagnostics import SpectralDiagnostics
@@ -43,6 +44,9 @@ parser.add_argument("--compile", action="store_true", help="torch.compile the mo
 parser.add_argument("--compile-backend", default="inductor",
                     help="torch.compile backend with --compile (default inductor; aot_eager compiles fastest)")
 args = parser.parse_args()
+# torch's CPU threads as the `spectrakit` commands choose them: OMP_NUM_THREADS when set (torchrun sets 1 per
+# rank), else the cores not busy with other work (one thread per busy core made a loaded machine 10x slower)
+spectrakit.set_threads()
 
 
 class Windows(torch.utils.data.Dataset):

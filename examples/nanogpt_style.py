@@ -17,6 +17,7 @@ import argparse
 
 import torch
 
+import spectrakit
 from spectrakit.data.batches import TokenBatches
 from spectrakit.data.tokens import prepare
 from spectrakit.models.llama import Llama, LlamaConfig
@@ -41,6 +42,9 @@ parser.add_argument("--compile", action="store_true", help="torch.compile the mo
 parser.add_argument("--compile-backend", default="inductor",
                     help="torch.compile backend with --compile (default inductor; aot_eager compiles fastest)")
 args = parser.parse_args()
+# torch's CPU threads as the `spectrakit` commands choose them: OMP_NUM_THREADS when set (torchrun sets 1 per
+# rank), else the cores not busy with other work (one thread per busy core made a loaded machine 10x slower)
+spectrakit.set_threads()
 
 torch.manual_seed(0)
 data = prepare(args.corpus, "bytes", files=args.data_files)

@@ -53,10 +53,29 @@ def thread_count(text: str) -> int:
     return value
 
 
+def _items(text: str) -> list[str]:
+    """The items of a comma-separated list; an empty item (``0,,1``, ``0,``) is an error."""
+    parts = [t.strip() for t in text.split(",")]
+    if len(parts) > 1 and not all(parts):
+        raise argparse.ArgumentTypeError(f"empty item in the comma-separated list {text!r}")
+    return [t for t in parts if t]
+
+
+def shape(text: str) -> tuple[int, ...]:
+    """``type=`` for a shape: comma-separated whole numbers >= 1 (``3,32,32``)."""
+    try:
+        values = tuple(int(t) for t in _items(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1 such as 3,32,32, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1 such as 3,32,32, got {text!r}")
+    return values
+
+
 def int_list(text: str) -> tuple[int, ...]:
     """``type=`` for a non-empty comma-separated list of integers (``0,1,2``)."""
     try:
-        values = tuple(int(t) for t in text.split(",") if t.strip())
+        values = tuple(int(t) for t in _items(text))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected whole numbers such as 0,1,2, got {text!r}") from None
     if not values:
@@ -69,7 +88,7 @@ def name_list(choices) -> callable:
     accepted = ", ".join(choices)
 
     def parse(text: str) -> tuple[str, ...]:
-        names = tuple(t.strip() for t in text.split(",") if t.strip())
+        names = tuple(_items(text))
         if not names:
             raise argparse.ArgumentTypeError(f"expected at least one name from: {accepted}")
         unknown = [n for n in names if n not in choices]

@@ -92,7 +92,10 @@ def _comma_list(action: argparse.Action):
 
     def parse(text: str) -> list:
         items = []
-        for t in (t.strip() for t in text.split(",")):
+        parts = [t.strip() for t in text.split(",")]
+        if len(parts) > 1 and not all(parts):
+            raise argparse.ArgumentTypeError(f"empty item in the comma-separated list {text!r}")
+        for t in parts:
             if not t:
                 continue
             try:
@@ -129,6 +132,8 @@ def _one_convention(parser: argparse.ArgumentParser, action: argparse.Action) ->
             action.option_strings = [new if o == old else o for o in action.option_strings]
             action.metavar = action.metavar or new.lstrip("-").upper().replace("-", "_")
             parser._option_string_actions[new] = action  # the old spelling still parses, help shows the new
+        elif new in action.option_strings and old not in parser._option_string_actions:
+            parser._option_string_actions[old] = action  # a hidden alias: the old spelling parses too
 
 
 def _harden(parser: argparse.ArgumentParser) -> None:

@@ -20,12 +20,28 @@ import torch  # noqa: E402
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+def pytest_addoption(parser, pluginmanager):
+    """Without pytest-xdist the ``-n auto --dist loadfile --no-loadscope-reorder`` of pyproject's ``addopts``
+    would end the run with "unrecognized arguments": they are accepted (and ignored) then, the tests run in
+    one process, and :func:`pytest_configure` says in one line how to get the parallel run."""
+    if pluginmanager.has_plugin("xdist.plugin") or pluginmanager.has_plugin("xdist"):
+        return
+    group = parser.getgroup("without pytest-xdist")
+    group._addoption("-n", dest="numprocesses", default=None, help="(ignored: pytest-xdist is not installed)")
+    group.addoption("--dist", dest="dist", default="no", help="(ignored: pytest-xdist is not installed)")
+    group.addoption("--no-loadscope-reorder", dest="loadscopereorder", action="store_false",
+                    help="(ignored: pytest-xdist is not installed)")
+
+
 def pytest_configure(config):
     """Use only the cores not busy with other work (the command line's policy): on a loaded machine, one
     thread per core makes the suite several times slower. Under pytest-xdist (``-n``, one test process per
     core) each process uses one thread."""
     from spectrakit._threads import apply_threads
 
+    if not config.pluginmanager.has_plugin("xdist.plugin") and config.getoption("numprocesses", None):
+        print("pytest-xdist is not installed: the tests run in one process; install the test extra for the "
+              "parallel run: pip install -e '.[test]'", file=sys.stderr)
     apply_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else None)
     gc.disable()  # collection only creates objects that live to the end (see pytest_collection_finish)
 

@@ -84,3 +84,35 @@ def test_compare_help_explains_columns_and_c():
     for word in ("agg_linf (largest absolute weight entry", "max_update_sn (largest spectral norm",
                  "s / sqrt(1 + s^2/c^2)"):
         assert word in text, word
+
+
+def test_compare_takes_the_old_step_spelling():
+    """The README says old spellings still parse: ``compare --max-steps`` is ``--steps`` (hidden in --help)."""
+    assert PARSER.parse_args(["compare", "--max-steps", "7"]).steps == 7
+    assert "--max-steps" not in LEAVES[("compare",)].format_help()
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["gpu-suite", "--stage", "linalg,,optim"], "empty item"),
+    (["gpu-suite", "--stage", "linalg,nope"], "unknown name(s) nope"),
+    (["compare", "--seeds", "0,,1"], "empty item"),
+    (["compare", "--seeds", "0,"], "empty item"),
+    (["compare", "--optimizers", "adamw,,muon"], "empty item"),
+    (["lipschitz", "--input-shape", "3,x,32"], "--input-shape: expected whole numbers >= 1"),
+    (["lipschitz", "--input-shape", "3,0,32"], "--input-shape: expected whole numbers >= 1"),
+    (["ops", "--reps", "0"], "--reps: expected a whole number >= 1"),
+])
+def test_bad_values_are_one_line_and_status_2(argv, words, capsys):
+    from spectrakit.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
+def test_gpu_suite_stages_as_a_comma_list_or_repeated():
+    one = PARSER.parse_args(["gpu-suite", "--stage", "linalg,optim"]).stage
+    two = PARSER.parse_args(["gpu-suite", "--stage", "linalg", "--stage", "optim"]).stage
+    assert [s for names in one for s in names] == [s for names in two for s in names] == ["linalg", "optim"]

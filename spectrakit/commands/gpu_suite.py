@@ -13,13 +13,14 @@ import argparse
 import shlex
 import sys
 
-from spectrakit._cliargs import positive_int
+from spectrakit._cliargs import name_list, positive_int
 from spectrakit.experiments.gpu_suite import STAGES, run_suite
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stage", action="append", choices=list(STAGES), default=None, metavar="NAME",
-                        help=f"a stage to run, repeatable, from: {', '.join(STAGES)} (default: all, in this order)")
+    parser.add_argument("--stage", action="append", type=name_list(list(STAGES)), default=None, metavar="NAME,...",
+                        help=f"comma-separated stages to run (the option may also repeat), from: {', '.join(STAGES)} "
+                        "(default: all, in this order)")
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda or cuda:N")
     parser.add_argument("--tiny", action="store_true",
                         help="toy sizes: the same code path in seconds per stage (for checking the suite on a CPU)")
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     device = args.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    stages = list(dict.fromkeys(args.stage or STAGES))
+    stages = list(dict.fromkeys([s for names in args.stage for s in names] if args.stage else STAGES))
     if sys.argv[1:2] == ["gpu-suite"]:
         command = "spectrakit " + shlex.join(sys.argv[1:])
     else:  # called from Python: the equivalent command line

@@ -12,7 +12,7 @@ import os
 
 import torch
 
-from spectrakit._cliargs import UsageError
+from spectrakit._cliargs import UsageError, shape
 from spectrakit.conv.report import lipschitz_report
 
 
@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", default=None,
                         help="state_dict of --model: a torch.save'd state_dict or a spectrakit checkpoint "
                         "folder (loaded safely: tensors only, never code)")
-    parser.add_argument("--input-shape", default="1,28,28", help="input shape without the batch dim, e.g. 3,32,32")
+    parser.add_argument("--input-shape", type=shape, default=(1, 28, 28),
+                        help="input shape without the batch dim, e.g. 3,32,32 (default: 1,28,28)")
     parser.add_argument("--exact", action="store_true", help="also compute the exact value per conv layer")
     parser.add_argument("--iters", type=int, default=100, help="HOPM / power iterations")
     parser.add_argument("--json", default=None, help="write the report as JSON to this path")
@@ -63,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--checkpoint {args.checkpoint}: its weights are not those of --model {args.model} "
                              f"({model_mismatch(model.state_dict(), weights)}; choose the --model it was trained "
                              f"as: {', '.join(sorted(MODELS))})") from None
-    shape = tuple(int(s) for s in args.input_shape.split(","))
-    result = lipschitz_report(model, shape, exact=args.exact, iters=args.iters)
+    result = lipschitz_report(model, tuple(args.input_shape), exact=args.exact, iters=args.iters)
     if args.json:
         from spectrakit._files import write_atomic
 

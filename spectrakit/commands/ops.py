@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from spectrakit._cliargs import UsageError
+from spectrakit._cliargs import UsageError, positive_int
 from spectrakit._tables import environment, markdown_table, report
 from spectrakit.linalg.report import COLUMNS, rows_for
 
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when available)")
     parser.add_argument("--shapes", default="192x384", help="comma-separated MxN shapes")
     parser.add_argument("--dtypes", default="fp32,bf16", help="comma-separated: fp32, bf16, fp64")
-    parser.add_argument("--reps", type=int, default=3, help="timing repetitions (median)")
+    parser.add_argument("--reps", type=positive_int, default=3, help="timing repetitions (median)")
     parser.add_argument("--out", default=None, help="folder for results.json/results.md (optional)")
 
 

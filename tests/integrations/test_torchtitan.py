@@ -346,7 +346,7 @@ def test_state_dict_before_the_first_step_leaves_the_run_unchanged(titan, name):
     _assert_same_params(model, twin)
     (spectral,) = opt.optimizers
     assert spectral.param_groups[0]["steps_taken"] == 0 and int(spectral.param_groups[0]["skipped_steps"]) == 0
-    assert all(float(s["step"]) == 0 for s in spectral.state.values())
+    assert all(float(s.get("step", 0)) == 0 for s in spectral.state.values())  # (Muon keeps no counter)
     assert flat["param_groups.blocks.0.attn.q_proj.weight.steps_taken"] == 0
     batches = _batches(3)
     assert _train(model, opt, batches) == _train(twin, twin_opt, batches)

@@ -64,7 +64,7 @@ def run(ctx) -> StageResult:
     cmd = command(ctx, folder)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH")) if p)
-    log_path = os.path.join(folder, "compare.log")
+    log_path = os.path.join(ctx.out, "compare.log")  # (beside the folder: compare's --out is its own)
     res = StageResult(notes=["command: `" + " ".join(["spectrakit", *cmd[3:]]) + "`"])
     with open(log_path, "w") as log:
         proc = popen_interruptible(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -79,8 +79,8 @@ def run(ctx) -> StageResult:
                 proc.wait()
             rc = None
     res.files = [os.path.relpath(os.path.join(folder, f), ctx.out)
-                 for f in ("results.md", "results.json", "loss_curves.png", "weight_norms.png", "compare.log")
-                 if os.path.exists(os.path.join(folder, f))]
+                 for f in ("results.md", "results.json", "loss_curves.png", "weight_norms.png")
+                 if os.path.exists(os.path.join(folder, f))] + ["compare.log"]
     try:
         with open(os.path.join(folder, "results.json")) as f:
             data = json.load(f)
