@@ -52,8 +52,8 @@ case "$part" in
 1)
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
     run gpu_tests timeout 300 python -m pytest -q -m gpu tests/ -p no:cacheprovider
-    run compile_equal timeout 90 python benchmarks/study_compile_equal.py --device cuda --trace-post
-    run compile_equal_exact timeout 60 python benchmarks/study_compile_equal.py --device cuda --names Muon \
+    run compile_equal timeout 90 python benchmarks/studies/study_compile_equal.py --device cuda --trace-post
+    run compile_equal_exact timeout 60 python benchmarks/studies/study_compile_equal.py --device cuda --names Muon \
         --trace-post --exact-bf16-reductions
     ;;
 2)
@@ -63,10 +63,10 @@ case "$part" in
         --names "torch AdamW,AdamW,SGD,SpectraAdamW,Lion"
     ;;
 3)
-    run step_host timeout 45 python benchmarks/study_step_host.py --device cuda --width 256 --rounds 50
+    run step_host timeout 45 python benchmarks/studies/study_step_host.py --device cuda --width 256 --rounds 50
     run fw_no_loop_ordering timeout 160 python benchmarks/bench_compile.py --device cuda --width 256 --budget 110 \
         --names "SpectraSignum nuclear,SpectraSignum linf_fw" --inductor-config loop_ordering_after_fusion=False
-    run compile_equal_muon timeout 150 python benchmarks/study_compile_equal.py --device cuda \
+    run compile_equal_muon timeout 150 python benchmarks/studies/study_compile_equal.py --device cuda \
         --names "torch Muon,Muon" --backends aot_eager,inductor
     run compile_times_3 timeout 200 python benchmarks/bench_compile.py --device cuda --width 256 --budget 150 \
         --names "torch AdamW,SpectraAdEMAMix,SpectraMARS,torch AdamW" --phases
@@ -78,8 +78,8 @@ case "$part" in
         --names "torch AdamW,SpectraAdEMAMix,SpectraMARS,torch AdamW" --phases
     run fw_no_loop_ordering timeout 120 python benchmarks/bench_compile.py --device cuda --width 256 --budget 100 \
         --names "SpectraSignum nuclear,SpectraSignum linf_fw" --inductor-config loop_ordering_after_fusion=False
-    run step_host timeout 40 python benchmarks/study_step_host.py --device cuda --width 256 --rounds 50
-    run compile_equal_muon timeout 100 python benchmarks/study_compile_equal.py --device cuda \
+    run step_host timeout 40 python benchmarks/studies/study_step_host.py --device cuda --width 256 --rounds 50
+    run compile_equal_muon timeout 100 python benchmarks/studies/study_compile_equal.py --device cuda \
         --names "torch Muon,Muon" --backends aot_eager,inductor
     ;;
 5)
@@ -87,7 +87,7 @@ case "$part" in
     run compile_times_5 timeout 200 python benchmarks/bench_compile.py --device cuda --width 256 --budget 170 \
         --names "torch AdamW,SpectraAdEMAMix,SpectraMARS,SpectraAdamW,AdEMAMix,MARS,torch AdamW" --phases
     run gpu_tests timeout 80 python -m pytest -q -m gpu tests/ -p no:cacheprovider
-    run compile_equal_5 timeout 100 python benchmarks/study_compile_equal.py --device cuda \
+    run compile_equal_5 timeout 100 python benchmarks/studies/study_compile_equal.py --device cuda \
         --names "SpectraAdamW,SpectraAdEMAMix,AdEMAMix,MARS,Lion,Signum" --backends aot_eager,inductor
     ;;
 6)
@@ -99,7 +99,7 @@ case "$part" in
 7)
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
     run gpu_tests timeout 90 python -m pytest -q -m gpu tests/ -p no:cacheprovider
-    run grad_norm_host timeout 150 python benchmarks/study_grad_norm_host.py --device cuda --width 256 --rounds 101 \
+    run grad_norm_host timeout 150 python benchmarks/studies/study_grad_norm_host.py --device cuda --width 256 --rounds 101 \
         --compile
     run parity timeout 150 python benchmarks/bench_optim.py --device cuda --parity-widths 256,1024 --reps 25 \
         --no-write

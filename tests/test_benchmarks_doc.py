@@ -59,3 +59,16 @@ def test_rewriting_a_block_keeps_the_rest(tmp_path):
         copy.write_text(text, encoding="utf-8")
         write_section(key, "NEW", path=str(copy))
         assert copy.read_text(encoding="utf-8").splitlines() == lines[:start + 1] + ["NEW"] + lines[end:], key
+
+
+def test_at_most_ten_maintained_benchmarks_each_in_the_readme():
+    """benchmarks/ keeps at most 10 maintained ``bench_*.py`` scripts, every one (and every study of
+    ``benchmarks/studies/``) listed in benchmarks/README.md; no scripts among the dated raw outputs."""
+    bench = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
+    studies = sorted(p.name for p in (ROOT / "benchmarks" / "studies").glob("*.py"))
+    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert len(bench) <= 10, bench
+    for name in bench + studies:
+        assert f"`{name}`" in readme, name
+    stray = [p for p in (ROOT / "docs" / "results").rglob("*") if p.suffix in (".py", ".sh")]
+    assert not stray, stray

@@ -230,7 +230,7 @@ def foreach_lerp_(targets: list[torch.Tensor], ends: list[torch.Tensor], weight,
     elements: on a GPU the ``List`` overload of ``_foreach_lerp_`` with 0-d weights
     runs tensor by tensor, and the ``addcmul`` form took half its time on an H100 (70.7 against 138.9 us per
     call for the 21 tensors of the d = 256 2-layer LLaMA set: a host-bound step) with the same bits (0 of 2.66
-    million entries differed; ``benchmarks/study_update_ops.py``; the whole eager step of Lion 0.86-0.92x,
+    million entries differed; ``benchmarks/studies/study_update_ops.py``; the whole eager step of Lion 0.86-0.92x,
     SpectraAdamW 0.91-0.99x at d = 256-512). It allocates ``e - t`` for the call, so larger lists keep the
     in-place ``lerp`` (no temporary).
     """

@@ -281,6 +281,7 @@ def param_group_table(groups, model: nn.Module | None = None, *, defaults=None, 
         groups = groups.param_groups
     defaults = defaults or {}
     by_id = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
+    flipped = transposed_weights(model) if model is not None else set()
     rows = [("name", "shape", "group", "update", "alpha", "wd", "lr")]
     for gi, g in enumerate(groups):
         kind = kinds[gi] if kinds else ""
@@ -288,7 +289,8 @@ def param_group_table(groups, model: nn.Module | None = None, *, defaults=None, 
             name = names[gi][j] if names else by_id.get(id(p), f"[{gi}][{j}]")
             lr = g.get("lr", defaults.get("lr"))
             rows.append((
-                name, "x".join(map(str, p.shape)) or "scalar", f"{gi}:{kind}" if kind else str(gi),
+                name, ("x".join(map(str, p.shape)) or "scalar") + (" matrix(in,out)" if id(p) in flipped else ""),
+                f"{gi}:{kind}" if kind else str(gi),
                 _update_rule(g, defaults, p), _alpha(g, defaults, p),
                 f"{g.get('weight_decay', defaults.get('weight_decay', 0)):g}",
                 "-" if lr is None else f"{lr:g}",

@@ -1,4 +1,4 @@
-"""The mixed-precision soft-clip study (benchmarks/study_mixed_soft_clip.py) against float64 SVD: the
+"""The mixed-precision soft-clip study (benchmarks/studies/study_mixed_soft_clip.py) against float64 SVD: the
 documented accuracy of its candidate (bf16 tall steps after ``kg`` fp32 Gram steps, then one fp32 step
 anchored on the input) and the FLOP comparison that keeps it out of the library (docs/linalg.md)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.study_mixed_soft_clip import exact, flops, inputs, mixed
+from benchmarks.studies.study_mixed_soft_clip import exact, flops, inputs, mixed
 from spectrakit.linalg import soft_clip
 
 

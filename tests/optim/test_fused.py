@@ -266,10 +266,10 @@ def test_bad_tensor_lr_skips_the_step(name, kw, bad, monkeypatch):
 
 @pytest.mark.parametrize("name", ["AdamW", "SGD"])
 def test_compiled_floor_study_times_the_step_it_claims(name):
-    """``benchmarks/study_compiled_floor.py`` compares our step with a bare call of the fused operator: that call
-    must compute what the optimizer's (unchecked) step computes, eagerly and traced (``aot_eager``), bit for bit,
+    """``benchmarks/studies/study_compiled_floor.py`` compares our step with a bare call of the fused operator: that
+    call must compute what the optimizer's (unchecked) step computes, eagerly and traced (``aot_eager``), bit for bit,
     or its floor would be the floor of some other computation."""
-    from benchmarks.study_compiled_floor import calls
+    from benchmarks.studies.study_compiled_floor import calls
 
     runs, opt = calls(name, 8, backend="aot_eager", warm=0)
     params = [p for g in opt.param_groups for p in g["params"]]

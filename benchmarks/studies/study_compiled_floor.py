@@ -16,7 +16,7 @@ the compiled bare call's time beyond the kernel (10 calls back to back): dynamo'
 compiled region, the generated wrapper (``Call CompiledFxGraph``: its size and stride checks of every input),
 the operator's dispatch to its Python kernel and AOT's runtime prologue.
 
-Usage: ``OMP_NUM_THREADS=1 python benchmarks/study_compiled_floor.py [--widths 16,192,512] [--rounds 61]
+Usage: ``OMP_NUM_THREADS=1 python benchmarks/studies/study_compiled_floor.py [--widths 16,192,512] [--rounds 61]
 [--profile]``. Results: docs/BENCHMARKS.md ("The compiled step's floor on a CPU").
 """
 import argparse
@@ -27,7 +27,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from bench_optim import FLUSH_BYTES, parse_widths, width_shapes  # noqa: E402
 
 # the profiler's events of a compiled call that are not the kernel's own ops

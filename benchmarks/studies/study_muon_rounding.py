@@ -6,7 +6,7 @@ as a compiled graph that rounds the momentum's ``lerp`` differently would. Print
 relative to the largest entry (``study_compile_equal.py``'s measure), for the bf16 Newton-Schulz (Muon's) and with
 ``post_dtype="float32"``, over three random choices of the moved entries.
 
-Usage: ``python benchmarks/study_muon_rounding.py``. Results: docs/BENCHMARKS.md ("H100 results (2026-11-26,
+Usage: ``python benchmarks/studies/study_muon_rounding.py``. Results: docs/BENCHMARKS.md ("H100 results (2026-11-26,
 evening)").
 """
 import torch

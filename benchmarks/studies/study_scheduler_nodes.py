@@ -1,6 +1,6 @@
 """How many buffers a compiled step hands to inductor's scheduler, in the form inductor lowers it for a GPU.
 
-Usage: ``python benchmarks/study_scheduler_nodes.py [--width 256] [--names "torch AdamW,SpectraAdEMAMix"]``
+Usage: ``python benchmarks/studies/study_scheduler_nodes.py [--width 256] [--names "torch AdamW,SpectraAdEMAMix"]``
 
 On a GPU inductor stores (realizes) every output of a ``torch._foreach_*`` operation that a per-tensor operation
 reads or that is written in place; on a CPU it does not (no multi-tensor kernels there). This study makes the
@@ -19,8 +19,8 @@ import tempfile
 import time
 
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp())
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 
 import torch  # noqa: E402
 import torch._inductor.graph as inductor_graph  # noqa: E402

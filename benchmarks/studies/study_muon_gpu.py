@@ -6,7 +6,7 @@ forced (torch's own calls, the CPU default) and ours with ``check_finite=False``
 step time and of the host-side time (until ``step()`` returns); then the GPU kernels of one profiled step and a
 cProfile of 20 of our steps (d = 256).
 
-Usage: ``python benchmarks/study_muon_gpu.py`` (needs CUDA). Results: docs/BENCHMARKS.md ("H100 results").
+Usage: ``python benchmarks/studies/study_muon_gpu.py`` (needs CUDA). Results: docs/BENCHMARKS.md ("H100 results").
 """
 import cProfile
 import io
@@ -18,7 +18,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from bench_optim import width_shapes  # noqa: E402
 
 import spectrakit.linalg.polar as polar  # noqa: E402

@@ -5,7 +5,7 @@ NaN (a skipped step); ``"torch Muon"`` (``torch.optim.Muon``, the reference a co
 four matrices and no NaN (it has no skipped step). Prints, per optimizer and backend, whether the parameters are
 bit-identical and the largest difference relative to the largest entry.
 
-Usage: ``python benchmarks/study_compile_equal.py [--device cuda] [--names SpectraAdamW,Muon]
+Usage: ``python benchmarks/studies/study_compile_equal.py [--device cuda] [--names SpectraAdamW,Muon]
 [--backends aot_eager] [--post-dtype float32] [--trace-post] [--exact-bf16-reductions] [--diff-detail]``.
 
 ``--trace-post`` records every call of the matrix post-transform (Muon's Newton-Schulz) in the eager and the

@@ -8,7 +8,7 @@ copies differed by up to 13%), one step of each mode per round with the order ro
 before each step (a training step's forward and backward leave the optimizer's data out of the caches). Prints
 the CPU-time median of each mode and the medians of its per-round ratios to the unchecked step.
 
-Usage: ``OMP_NUM_THREADS=1 python benchmarks/study_host_flag.py [--widths 16,192,512] [--rounds 300]``.
+Usage: ``OMP_NUM_THREADS=1 python benchmarks/studies/study_host_flag.py [--widths 16,192,512] [--rounds 300]``.
 Results: docs/BENCHMARKS.md ("Parity on shared tensors, and the check decided on the host").
 """
 import argparse
@@ -18,7 +18,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from bench_optim import FLUSH_BYTES, parse_widths, width_shapes  # noqa: E402
 
 

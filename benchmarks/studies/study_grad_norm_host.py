@@ -10,7 +10,7 @@ time of each and its ratio to torch's fused step.
 ``--compile`` also times ``torch.compile(opt.step)`` (inductor), checked and with the norm given, and prints each
 compiled step against its eager twin.
 
-Usage: ``python benchmarks/study_grad_norm_host.py [--width 16] [--rounds 301] [--multi-tensor] [--device cpu]
+Usage: ``python benchmarks/studies/study_grad_norm_host.py [--width 16] [--rounds 301] [--multi-tensor] [--device cpu]
 [--compile]``.
 Results: docs/BENCHMARKS.md ("The gradient norm as the non-finite check").
 """
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from bench_optim import width_shapes  # noqa: E402
 from study_step_host import host_study_args  # noqa: E402
 

@@ -2,7 +2,7 @@
 overload of ``_foreach_lerp_`` (``spectrakit.optim.bases.foreach_lerp_``), in one process, the form switched by
 ``bases.ADDCMUL_MAX_NUMEL`` every round (interleaved rounds of 5 steps, medians; CUDA-synchronised).
 
-Usage: ``python benchmarks/study_moment_update_ab.py [--device cuda] [--width 256] [--rounds 30]`` (on a CPU the
+Usage: ``python benchmarks/studies/study_moment_update_ab.py [--device cuda] [--width 256] [--rounds 30]`` (on a CPU the
 multi-tensor path is forced). Results: docs/BENCHMARKS.md ("H100 results (2026-11-28)").
 """
 import argparse
@@ -13,7 +13,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from bench_optim import width_shapes  # noqa: E402
 
 import spectrakit.optim as O  # noqa: E402

@@ -1,7 +1,8 @@
 """SGD against torch's fused SGD, this checkout (``after``) beside an older one (``before``): the older
 ``spectrakit`` copied to ``BASE_DIR/spectrakit_base`` with every ``spectrakit`` renamed ``spectrakit_base``.
 One parameter set stepped by every optimizer (states shared), random order per round, a 64 MiB write before each
-step, CPU time. Usage: ``BASE_DIR=/tmp/base_pkg OMP_NUM_THREADS=1 python sgd_ab.py 192,512 151``."""
+step, CPU time. Usage:
+``BASE_DIR=/tmp/base_pkg OMP_NUM_THREADS=1 python benchmarks/studies/study_sgd_ab.py 192,512 151``."""
 import os
 import random
 import sys
@@ -9,7 +10,7 @@ import time
 
 import torch
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), os.environ.get("BASE_DIR", "/tmp/base_pkg")]
 import spectrakit_base.optim as B  # noqa: E402
 from bench_optim import FLUSH_BYTES, share_states, width_shapes  # noqa: E402

@@ -9,7 +9,7 @@ operators' is the Python (validation, grouping, the skip bookkeeping) and the pr
 Then the host time of the non-finite check, piece by piece. ``--multi-tensor`` makes spectrakit take the GPU's
 multi-tensor code path on the CPU as well.
 
-Usage: ``python benchmarks/study_step_host.py [--device cuda] [--width 256] [--rounds 50] [--multi-tensor]``.
+Usage: ``python benchmarks/studies/study_step_host.py [--device cuda] [--width 256] [--rounds 50] [--multi-tensor]``.
 Results: docs/BENCHMARKS.md ("H100 results").
 """
 import argparse
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from bench_optim import parity_makers, width_shapes  # noqa: E402
 
 

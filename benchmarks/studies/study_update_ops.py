@@ -23,7 +23,7 @@ And of the non-finite check of the gradients (every entry finite and at most 1e1
 
 For each: the median over interleaved rounds of the time per call (50 calls, then a device synchronisation: on a
 host-bound GPU step this is the host time of the calls), and for the update variants, how many entries differ from
-``lerp List``'s result after one update (their roundings). Usage: ``python benchmarks/study_update_ops.py
+``lerp List``'s result after one update (their roundings). Usage: ``python benchmarks/studies/study_update_ops.py
 [--device cuda] [--width 256] [--rounds 15]``. Results: docs/BENCHMARKS.md.
 """
 import argparse
@@ -34,7 +34,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from bench_optim import width_shapes  # noqa: E402
 
 BOUND = 1e18

@@ -21,7 +21,7 @@ fp32: the study prints the worst relative Frobenius error against float64 SVD (G
 a time model ``fp32 FLOPs + bf16 FLOPs / S`` for bf16 speed-ups S. The last row is the fp32 Gram
 iteration with the same correction and no bf16 step.
 
-Usage: ``python benchmarks/study_mixed_soft_clip.py`` (CPU, about a minute; bf16 products are emulated
+Usage: ``python benchmarks/studies/study_mixed_soft_clip.py`` (CPU, about a minute; bf16 products are emulated
 where the CPU has no bf16 units: accuracy is the same, speed is not measured here).
 """
 
@@ -33,7 +33,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from spectrakit.experiments.io import markdown_table  # noqa: E402
 from spectrakit.linalg import soft_clip  # noqa: E402

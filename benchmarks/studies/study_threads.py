@@ -2,7 +2,7 @@
 linear-algebra part of the test suite with one thread per core (PyTorch's default) and with the policy
 (only the cores not busy with other work), on an idle machine and under a synthetic load of busy processes.
 
-    python benchmarks/bench_threads.py [--load 2] [--write]
+    python benchmarks/studies/study_threads.py [--load 2] [--write]
 
 The load is ``--load`` Python processes spinning in a loop (like other jobs on a shared machine); each
 configuration runs once, side by side in one invocation.
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from _common import command_line, write_section  # noqa: E402
 
 COMMANDS = {

@@ -1,7 +1,7 @@
 """Where SGD's step time went (run on commit 3d362d1, whose SGD states still had step counters): torch's fused
 SGD step, ours, the fused route's eager function (counters advanced, kernel called) and torch's kernel alone,
 one parameter set, random order per round, a 64 MiB write before each call, CPU time.
-Usage: ``OMP_NUM_THREADS=1 python sgd_dissect.py 192 201``."""
+Usage: ``OMP_NUM_THREADS=1 python benchmarks/studies/study_sgd_dissect.py 192 201``."""
 import os
 import random
 import sys
@@ -9,7 +9,7 @@ import time
 
 import torch
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 from bench_optim import FLUSH_BYTES, share_states, width_shapes  # noqa: E402
 
