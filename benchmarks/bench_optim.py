@@ -693,7 +693,7 @@ def bench_host(d: int, device: str, reps: int) -> list[dict]:
     from spectrakit import optim as O
     from spectrakit.optim.spectra import Spectra
 
-    saved = Spectra.__dict__["_per_tensor"], Spectra.__dict__["_flag_copies"]
+    saved = {n: Spectra.__dict__.get(n) for n in ("_per_tensor", "_flag_copies")}  # (None: inherited)
     if device.startswith("cpu"):
         Spectra._per_tensor = Spectra._flag_copies = staticmethod(lambda device: False)
     try:
@@ -712,7 +712,12 @@ def bench_host(d: int, device: str, reps: int) -> list[dict]:
             for name, opt in opts.items():
                 times[name].append(time_fn(opt.step, device, warmup=0, reps=1))
     finally:
-        Spectra._per_tensor, Spectra._flag_copies = saved
+        for name, value in saved.items():
+            if value is None:
+                if name in Spectra.__dict__:
+                    delattr(Spectra, name)
+            else:
+                setattr(Spectra, name, value)
     ref = times["torch AdamW (foreach)"]
 
     def med(xs):

@@ -9,175 +9,48 @@ For every parameter ``X`` with a gradient ``g`` (matrices: ndim >= 2, conv kerne
     U  <- base.direction(g, state)        AdamW / Signum / SGD-M / AdEMAMix / MARS / Lion
     X  <- (1 - lr_k wd) X - lr_k * alpha * post(U, c_k)            (Alg. 2 line 11)
 
-Implementation of one ``step()`` (no host-device synchronisation anywhere):
-
-0. a plain AdamW/SGD group (``post="none"``, alpha = 1; CPU float32/float64 or CUDA float32 tensors; a number
-   ``lr`` or a 0-d tensor on the CPU or the parameters' device) is stepped by torch's fused kernel instead of
-   steps 2-5 (:mod:`spectrakit.optim.fused`; ``torch_kernel=False`` turns this off), with the flag of step 1
-   as its ``found_inf``; under ``torch.compile`` through an operator that calls the same kernel (one graph, the
-   eager numbers); a group with ``check_finite=False`` is left out of step 1 (its gradients are not read,
-   its step is not skipped for them);
-1. one fused non-finite check over all gradients gives a 0-d flag ``ok`` (``_foreach_norm(inf)``, one
-   kernel, on CUDA; per-tensor ``aminmax`` on CPU, where the inf-norm is ~10x slower; traced by
-   ``torch.compile``, one call of an operator running the same check, see :meth:`Spectra._device_finite`);
-2. per param group, parameters are batched by (matrix shape, dtype, device) (1-D/0-d parameters of a
-   group form one flat batch; with an element-wise update, ``post="none"``, the batches of one dtype,
-   device and ``alpha`` form one flat batch, so that a step issues the same ops however many shapes the
-   model has, see :meth:`Spectra._plan`; the plan, and a small group's work tensors, are kept across
-   eager steps, :meth:`Spectra._cached_plan`); the gradients of a batch are copied into
-   ONE work tensor (fp32 for bf16/fp16 parameters, else the parameter dtype) (stacked ``(B, m, n)`` or
-   concatenated), all zeros on a skipped step (``where(out=)`` on CPU) or, for a base that never squares
-   it (``squares = False``: Signum, SGD, Lion, EMA), with only its non-finite entries zeroed (one
-   ``nan_to_num(out=)`` pass, the cost of a copy);
-3. the base direction updates the fp32 states and overwrites the work tensor with ``U`` (see
-   :mod:`spectrakit.optim.bases`; for an identity post-transform it also applies ``-lr alpha ok``). On CPU
-   a chaining base (AdamW) runs the whole element-wise pipeline tensor by tensor (grad copy, moments,
-   direction and, for ``post="none"``, the parameter update of step 5), so each tensor stays in cache
-   (:class:`~spectrakit.optim.bases.Work`). While ``torch.compile`` traces the step, every device takes the
-   multi-tensor form over one work tensor per parameter instead (:func:`_traced_foreach`);
-4. :meth:`Spectra._post_transform_groups` post-transforms the stacked batches, one call per batch
-   (a distributed subclass overrides this method to shard each batch across ranks; not called for
-   ``post="none"``); the matrix pre-clip (``pre_c``) goes through :meth:`Spectra._pre_transform_groups`,
-   which delegates to the same hook;
-5. ``p <- p * (1 - lr wd ok) + (-lr alpha ok) * post(U)`` with two ``_foreach`` calls, ``alpha`` from
-   :meth:`Spectra._update_scale` (overridable: a sharded subclass uses the global shape).
-
-Outside the fused route of step 0 (which gives torch's fused numbers), every step is bit-identical to the
-plain sequence (copy, zero non-finite entries, base direction with
-``torch._foreach_*``, transform, scale, decay, add): the CPU shortcuts only remove copies, dispatches and
-memory traffic, never reorder floating-point operations (tests/optim/test_step_paths.py). Reordering them
-(e.g. ``m / (sqrt(v) + eps sqrt(bc2))`` for Adam, or a fused ``addcmul`` update) would save 2-4 more
-passes but changes the last bits, which the FSDP2-vs-single-process Muon training test
-(tests/train/test_parallel.py) amplifies beyond its tolerance.
-
-Non-finite gradient policy: if ANY gradient of the step contains inf/nan, the whole step is a no-op
-(parameters, moments and per-parameter ``step`` counters unchanged) and every group's
-``skipped_steps`` (0-d int64 tensor, saved in ``state_dict``) grows by one. This is decided by tensor
-arithmetic (``ok`` multiplies every state/parameter update), never by a Python ``if`` on a tensor of a
-device: only an eager step whose gradients, norm and learning rates are CPU tensors or numbers (where a read
-waits for nothing) reads the verdict as a Python bool, and the fused route then calls torch's kernel without
-``found_inf`` or not at all (:meth:`Spectra._flags_on_host`; the same numbers, tests/optim/test_host_flag.py).
-Non-finite entries of ``p.grad`` are not modified; the copies in the work tensor are zeroed. Given
-``step(grad_norm=...)`` (a norm of the gradients, e.g. what ``clip_grad_norm_`` returned), the decision is
-taken from it instead of a pass over the gradients: a NaN or infinite norm, or one above the bound below.
-Overflow: a step whose gradients have an entry above ``GRAD_BOUND = 1e18`` in magnitude is skipped and
-counted the same way. Below the bound no base can overflow: second moments are at most ``1e36`` (fp32 max
-3.4e38), MARS's gradient differences and every EMA stay within a small multiple of the bound, and the
-update is bounded by the base's normalisation (``m / sqrt(v)``, ``sign``) or the post-transform's clip, so
-the moments and the update of a step that is taken are finite (tested at the bound for every preset).
-Deciding on the gradients before the step keeps the policy a single fused check instead of a second pass
-over all moments and updates; a legitimate gradient above 1e18 (no training run produces one) is skipped.
-
-Non-finite updates: a post-transform (or pre-clip) whose output has an inf/nan entry (an iterative transform
-that broke down) must not reach the weights. After each matrix batch's transform, one ``aminmax`` gives a
-0-d flag that multiplies that batch's scale and decay (its non-finite entries are zeroed, so ``0 * update``
-stays 0): the batch's parameters keep their values, and the step counts once in every group's
-``skipped_steps``. The flag is tensor arithmetic (no host read). The base's state of that batch has already
-advanced with the (finite) gradients, and the other batches of the step are applied: deferring every update
-until all transforms are known would hold a second copy of all updates. A non-finite pre-clip output
-cancels its batch's state update too (the flag enters the base's ``ok``).
-
-Hyperparameters set after construction (a scheduler writing ``group["lr"] = nan``, ``betas = (1.0, 0.999)``,
-an unknown ``post`` name) are checked again at every step: Python numbers cost no host sync to check, so a
-bad one raises ``ValueError`` naming the param group and the argument before anything is modified. A tensor
-``lr`` (accepted as by ``torch.optim.Muon``) is not read at step time: a non-finite or negative value skips
-the step and counts it, like a non-finite gradient (during an ``inverse_lr`` warm-up of the clip threshold
-its value is read once per step, since ``c_k = c peak_lr / lr_k`` needs it; under ``torch.compile`` inside the
-kernel of an operator, :func:`~spectrakit.optim.opaque.traced_threshold`, so the traced step does not break).
-
-Extra memory per step: one fp32 work tensor per batch plus the post-transform's temporaries (the default
-fast soft clip overwrites the work tensor and adds only ``4 min(m, n)^2`` elements per matrix, see
-:mod:`spectrakit.optim.transforms`; other transforms allocate a full-size output); batches are processed
-one after the other, and by default no batch costs more than the group's largest parameter alone (work
-copy plus workspace), so the peak is about one copy of the largest parameter (``max_batch_numel`` sets
-another cap). Parameters are never cloned.
+A step with a non-finite gradient entry (or one above :data:`GRAD_BOUND`) is skipped and counted in
+``skipped_steps``; no step synchronises host and device. Its parts: the non-finite verdict
+(:mod:`.verdict`), batching and transforms (:mod:`.batching`), hyperparameters and clip thresholds
+(:mod:`.hyperparams`), state dicts (:mod:`.state_io`), torch's fused kernels for plain groups
+(:mod:`.fused`). How one step runs, and why: docs/optim_step.md.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
-from itertools import chain, product
 
 import torch
 
-from spectrakit._checks import check_choice, check_int, check_scalar, value_checks_enabled
-from spectrakit._groups import check_finite_hyperparameters, check_group_keys
-from spectrakit._optstate import check_state_dict
-from spectrakit.linalg.precision import bf16_matmul_fast
+from spectrakit._checks import check_choice
+from spectrakit._groups import check_group_keys
 from spectrakit.optim.bases import BASES, Work, once, state_dtype, stored
-from spectrakit.optim.fused import fused_base, fused_step_, number_tensor
+from spectrakit.optim.batching import (  # noqa: F401 (re-exported)
+    BF16_MIN_DIM,
+    CUDA_WIDE_BATCH_POSTS,
+    MIN_BATCH_NUMEL,
+    MIN_BATCH_NUMEL_CUDA,
+    BatchingMixin,
+    _nonzero,
+    min_batch_numel,
+)
+from spectrakit.optim.fused import fused_base, fused_step_
+from spectrakit.optim.hyperparams import HyperMixin
 from spectrakit.optim.lr_report import LrSkips
 from spectrakit.optim.opaque import (
-    aminmax_within_host,
     count_step_op,
-    finite_one_,
     finite_op,
     foreach_norms,
-    grads_within,
-    grads_within_op,
-    reads_step,
-    traced_threshold,
-    traced_transforms,
 )
-from spectrakit.optim.schedules import clip_threshold, make_schedule
+from spectrakit.optim.schedules import make_schedule
+from spectrakit.optim.state_io import StateDictMixin, _counter, _home
 from spectrakit.optim.transforms import (
-    LMO_POSTS,
     POST_TRANSFORMS,
-    PRE_TRANSFORMS,
-    SCALES,
-    matrix_shape,
     post_kwargs,
-    update_scale,
     vector_clip_factors,
-    workspace_numel,
 )
-
-_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
-# Floor of the default batch budget (elements, 4 MiB in fp32): below it the per-batch overhead dominates
-# and the extra memory is negligible, so small parameters are never split into more batches.
-MIN_BATCH_NUMEL = 2**20
-# The floor on CUDA (256 MiB in fp32) for the post-transforms whose temporaries are small or modelled (the
-# soft clips' Gram and Newton-Schulz iterations, Muon's orthogonalisation, element-wise updates): there a
-# batch costs a few hundred kernel launches (10-20 us of host time each) whatever its size, so splitting
-# same-shape matrices into more batches multiplies the step time. Measured on an H100 (2-layer LLaMA sets,
-# d = 512 / 1024): SpectraAdamW 40.5 / 37.0 ms with the 2^20 floor, 9.9 / 23.2 ms with this one (peak extra
-# 40 / 160 MiB); Muon 10.4 / 11.8 ms against 4.5 / 4.7 ms. The other post-transforms (Frank-Wolfe
-# oracles, hard clips) allocate several full-size temporaries per batch and keep the 2^20 floor.
-# Parameters larger than the floor keep the largest-parameter rule, so large models keep their memory bound.
-MIN_BATCH_NUMEL_CUDA = 2**26
-CUDA_WIDE_BATCH_POSTS = frozenset({"none", "soft_clip", "soft_clip_fast", "soft_clip_ns", "orthogonalize",
-                                   "newton_schulz5", "newton_schulz5_batched", "newton_schulz5_spectral"})
-
-
-def min_batch_numel(device: torch.device, post: str = "none") -> int:
-    """Floor of the default batch budget for post-transform ``post`` on ``device``:
-    :data:`MIN_BATCH_NUMEL_CUDA` on CUDA for the posts of :data:`CUDA_WIDE_BATCH_POSTS`, else
-    :data:`MIN_BATCH_NUMEL`."""
-    wide = device.type == "cuda" and post in CUDA_WIDE_BATCH_POSTS
-    return MIN_BATCH_NUMEL_CUDA if wide else MIN_BATCH_NUMEL
-
-
-# A step whose gradients have an entry above this magnitude is skipped like a non-finite one: its square
-# (the second moments of AdamW-like bases) would overflow float32, and the moments would stay inf.
-GRAD_BOUND = 1e18
-# Smallest min(m, n) whose batch computes in bfloat16 when ``post_dtype="bfloat16"`` (hardware bf16 matmuls):
-# smaller matrices compute in the work dtype. Below it the bf16 route's extra steps and conversions cost more
-# launches than its cheaper products save: measured on an H100 (2-layer LLaMA sets, 7 interleaved rounds),
-# SpectraAdamW with bf16 was 1.24-1.26x slower than fp32 at d = 192..512 and 0.93x at d = 1024.
-BF16_MIN_DIM = 1024
-
-def _home(group: dict) -> torch.device:
-    """The device of a group's first parameter (the CPU for an empty group or parameters on the meta device)."""
-    params = group["params"]
-    device = params[0].device if params else torch.device("cpu")
-    return torch.device("cpu") if device.type == "meta" else device
-
-
-def _counter(value) -> torch.Tensor:
-    """A group's ``steps_taken`` as a fresh 0-d int64 CPU tensor (from an int or a tensor of a saved state)."""
-    return torch.as_tensor(value, dtype=torch.int64, device="cpu").detach().clone().reshape(())
+from spectrakit.optim.verdict import GRAD_BOUND, VerdictMixin  # noqa: F401 (re-exported)
 
 
 def _count_step(group: dict) -> None:
@@ -209,21 +82,7 @@ def _traced_foreach(pre_c_k) -> bool:
     return torch.compiler.is_compiling() and pre_c_k is None
 
 
-def _nonzero(x) -> bool:
-    """``x != 0`` for a Python number; True for a tensor (its value is not read: no host sync)."""
-    return True if isinstance(x, torch.Tensor) else x != 0
-
-
-def _expected_state(group: dict, saved: dict, p: torch.Tensor) -> dict:
-    """The state ``base.init_state`` creates for ``p`` (a meta tensor) under the saved group's base."""
-    name = saved.get("base", group["base"])
-    if name not in BASES:
-        raise ValueError(f"cannot load the optimizer state: unknown base {str(name)[:40]!r} "
-                         f"(accepted: {', '.join(sorted(BASES))})")
-    return BASES[name].init_state(p)
-
-
-class Spectra(torch.optim.Optimizer):
+class Spectra(StateDictMixin, VerdictMixin, BatchingMixin, HyperMixin, torch.optim.Optimizer):
     r"""One update pipeline for SPECTRA, Muon and the plain optimizers (Jiang, Semenov and Stich 2026 Alg. 2).
 
     ``X <- (1 - lr_k wd) X - lr_k * alpha * post(base(pre(g)), c_k)``.
@@ -240,7 +99,7 @@ class Spectra(torch.optim.Optimizer):
             (Frobenius), ``"spectral_lmo"``, ``"linf_fw"`` (regularised Frank–Wolfe steps, below),
             ``"none"`` (see :mod:`spectrakit.optim.transforms`).
         lr: learning rate >= 0, a number or a 0-d floating tensor (any ``torch.optim.lr_scheduler`` may
-            change it; values set later are checked at each step, see the module docstring).
+            change it; values set later are checked at each step, see docs/optim_step.md).
         weight_decay: decoupled weight decay ``wd`` >= 0 (applied as ``(1 - lr wd)``).
         c: clip threshold > 0 of the post-transform (ignored by ``orthogonalize``/``none``).
         pre_c: threshold > 0 of the pre-transform of the raw gradient, or None (off, default).
@@ -290,7 +149,7 @@ class Spectra(torch.optim.Optimizer):
             is ``c`` with its schedule, so ``||delta W||_2 <= lr alpha c`` (without weight decay; to the
             1e-3 relative accuracy of the polar routes, tested on spiked and rank-deficient directions).
         check_finite: True (default): a step whose checked gradients hold an inf/nan (or an entry above
-            ``GRAD_BOUND``) is skipped and counted (module docstring); the check reads every gradient once
+            ``GRAD_BOUND``) is skipped and counted (docs/optim_step.md); the check reads every gradient once
             (``aminmax``), a separate read pass that costs about a third of torch's fused AdamW step and half
             its fused SGD step on a CPU.
             False: this group's gradients are not checked and its step is never skipped for them, as in
@@ -437,61 +296,6 @@ class Spectra(torch.optim.Optimizer):
         self._init_sharding()
         self._patch_step_function()  # torch's step hooks on the new class
 
-    @staticmethod
-    def _reads_lr_on_host(lr: torch.Tensor) -> bool:
-        """Whether a step checks a tensor ``lr``'s value itself: a CPU tensor in an eager step (a read that waits
-        for nothing). Elsewhere a bad value skips the step through its flag (see ``lr_skipped_steps``)."""
-        return lr.is_cpu and not torch.compiler.is_compiling()
-
-    @staticmethod
-    def _validate(group: dict, at_step: bool = False) -> None:
-        """Check every hyperparameter of ``group`` (the constructor, ``add_param_group``,
-        ``load_state_dict`` and every ``step`` use it); numbers must be finite except ``c`` and ``pre_c``,
-        whose ``inf`` turns that clip off. ``lr`` may be a 0-d real tensor (as in ``torch.optim.Muon``): its
-        value is checked here except ``at_step`` (where reading it would be a host sync)."""
-        check_finite_hyperparameters(group)
-        for key in ("check_finite", "torch_kernel"):
-            if not isinstance(group[key], bool):
-                raise TypeError(f"{key} must be True or False, got {group[key]!r}")
-        check_choice(group["post"], "post", POST_TRANSFORMS)
-        check_choice(group["pre"], "pre", PRE_TRANSFORMS)
-        lr = group["lr"]
-        if isinstance(lr, torch.Tensor):
-            if lr.ndim != 0 or not lr.is_floating_point():
-                raise TypeError(f"lr must be a number or a 0-d floating tensor, got a {lr.dtype} tensor "
-                                f"of shape {tuple(lr.shape)}")
-            # read where it costs no wait: at construction, or a CPU tensor in an eager step (a GPU's is folded
-            # into the step's flag instead, see LrSkips)
-            if not at_step or Spectra._reads_lr_on_host(lr):
-                if value_checks_enabled() and not bool(torch.isfinite(lr)):
-                    raise ValueError(f"lr must be a finite number >= 0, got {lr}")
-                check_scalar(lr, "lr", low=0.0)
-        else:
-            check_scalar(lr, "lr", low=0.0, allow_tensor=False)
-        check_scalar(group["peak_lr"], "peak_lr", low=0.0, allow_tensor=False)
-        check_scalar(group["weight_decay"], "weight_decay", low=0.0, allow_tensor=False)
-        check_scalar(group["c"], "c", low=0.0, low_inclusive=False, allow_tensor=False)
-        if group["pre_c"] is not None:
-            check_scalar(group["pre_c"], "pre_c", low=0.0, low_inclusive=False, allow_tensor=False)
-        check_int(group["warmup_steps"], "warmup_steps", low=0)
-        if group["post_steps"] is not None:
-            check_int(group["post_steps"], "post_steps", low=1)
-        if group["post_dtype"] is not None:
-            check_choice(group["post_dtype"], "post_dtype", _DTYPES)
-        if group["vector_clip"] not in (False, True, "reference"):
-            raise ValueError(f"vector_clip must be False, True or 'reference', got {group['vector_clip']!r}")
-        if group["max_batch_numel"] is not None:
-            check_int(group["max_batch_numel"], "max_batch_numel", low=1)
-        if isinstance(group["scale"], str):
-            check_choice(group["scale"], "scale", SCALES)
-        else:
-            check_scalar(group["scale"], "scale", low=0.0, low_inclusive=False, allow_tensor=False)
-        if group["post"] in LMO_POSTS:
-            from spectrakit.linalg.lmo import check_lmo_args
-
-            kw = post_kwargs(group, group["post"])
-            check_lmo_args(kw.get("regularizer", "frobenius"), kw["b"], group["c"], kw.get("p"))
-        BASES[group["base"]].validate(group)
 
     @property
     def skipped_steps(self) -> torch.Tensor:
@@ -514,309 +318,10 @@ class Spectra(torch.optim.Optimizer):
         self._scratch_bufs.clear()
 
     # ------------------------------------------------------------------ state dict
-    def load_state_dict(self, state_dict: dict, *, allow_changes: bool = False) -> None:
-        """Load a state dict; unlike ``torch.optim.Optimizer``, fp32 state of bf16/fp16 params stays fp32.
 
-        A state whose groups use another ``base`` or ``post`` than this optimizer's (say a SpectraAdamW
-        checkpoint loaded into a SpectraSignum) raises ``ValueError`` instead of silently continuing as the
-        saved optimizer, unless ``allow_changes=True`` (the saved choice then wins, as in
-        ``torch.optim``). Loaded hyperparameters are validated like the constructor's arguments. A
-        ``torch.optim.AdamW`` state dict is converted (an AdamW state is a valid state of a ``base="adamw"``
-        group; the clip's schedule continues at its step); another foreign one raises ValueError."""
-        state_dict = self._from_torch_adamw(state_dict)
-        saved_groups = state_dict.get("param_groups", []) if isinstance(state_dict, dict) else []
-        if not allow_changes:
-            for i, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
-                for key in ("base", "post"):
-                    if isinstance(saved, dict) and key in saved and saved[key] != mine[key]:
-                        raise ValueError(
-                            f"the state dict's param group {i} has {key}={saved[key]!r} but this optimizer "
-                            f"({type(self).__name__}) has {key}={mine[key]!r}; load it into the matching "
-                            f"optimizer, or pass allow_changes=True to continue with the saved {key}")
-        check_state_dict(self, state_dict, _expected_state, optional=("step",))
-        before = (self.param_groups, self.state)
-        try:
-            self._apply_state_dict(state_dict)
-        except BaseException:  # a refused hyperparameter: the optimizer stays as it was
-            self.param_groups, self.state = before
-            raise
-
-    def _apply_state_dict(self, state_dict: dict) -> None:
-        saved_state = state_dict["state"]
-        super().load_state_dict(state_dict)
-        ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
-        params = chain.from_iterable(g["params"] for g in self.param_groups)
-        for pid, p in zip(ids, params):
-            if pid in saved_state:
-                self.state[p] = {
-                    k: (v.to(device=p.device, copy=True) if torch.is_tensor(v) else v)
-                    for k, v in saved_state[pid].items()
-                }
-        for g in self.param_groups:  # states saved when SGD, Signum and Lion still counted steps: the count goes
-            if not getattr(BASES[g["base"]], "keeps_step", True):
-                for p in g["params"]:
-                    self.state.get(p, {}).pop("step", None)
-        for g in self.param_groups:
-            g["skipped_steps"] = g["skipped_steps"].to(device=_home(g), copy=True)
-            g.setdefault("capturable", True)
-            g.setdefault("check_finite", True)  # state dicts saved before these options existed
-            g.setdefault("torch_kernel", True)
-            g["steps_taken"] = _counter(g.get("steps_taken", 0))
-            self._validate(g)
-
-    def _from_torch_adamw(self, state_dict: dict) -> dict:
-        """A ``torch.optim.AdamW`` state dict (groups without ``base``) as this optimizer's: an AdamW state is a
-        valid state of a ``base="adamw"`` group (same ``step``, ``exp_avg``, ``exp_avg_sq``, decoupled weight
-        decay); the saved lr, betas, eps and weight decay are kept, the clip's schedule continues at the saved
-        step (``steps_taken``) and ``skipped_steps`` starts at 0. Any other foreign state raises ValueError."""
-        saved_groups = state_dict.get("param_groups", [])
-        if not saved_groups or all("base" in g for g in saved_groups):
-            return state_dict
-        how = ("load a torch.optim.AdamW state (without amsgrad) into groups with base='adamw', one saved group "
-               "per group, or start this optimizer from scratch")
-        if len(saved_groups) != len(self.param_groups):
-            raise ValueError(f"the state dict has {len(saved_groups)} param groups, this optimizer "
-                             f"{len(self.param_groups)}; {how}")
-        groups = []
-        for i, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
-            if mine["base"] != "adamw" or "betas" not in saved or saved.get("amsgrad") or "momentum" in saved:
-                raise ValueError(f"param group {i} of the state dict is not a torch.optim.AdamW state this "
-                                 f"optimizer (base={mine['base']!r}) can continue; {how}")
-            saved_state = state_dict.get("state") if isinstance(state_dict.get("state"), dict) else {}
-            steps = [saved_state[pid]["step"] for pid in saved["params"]
-                     if isinstance(saved_state.get(pid), dict) and "step" in saved_state[pid]]
-            group = {k: v for k, v in mine.items() if k != "params"}
-            group.update({k: saved[k] for k in ("lr", "betas", "eps", "weight_decay", "initial_lr") if k in saved})
-            group.update(params=saved["params"], steps_taken=int(max(map(float, steps), default=0)),
-                         skipped_steps=torch.zeros((), dtype=torch.int64))
-            groups.append(group)
-        state = {pid: {k: st[k] for k in ("step", "exp_avg", "exp_avg_sq") if k in st} if isinstance(st, dict) else st
-                 for pid, st in state_dict["state"].items()}
-        return {"state": state, "param_groups": groups}
 
     # ------------------------------------------------------------------ the step
-    def _finite_flag(self, grads: list[torch.Tensor], grad_norm: torch.Tensor | None = None) -> torch.Tensor:
-        """0-d fp32 tensor: 1.0 if every gradient is finite and at most :data:`GRAD_BOUND` in magnitude,
-        else 0.0 (one fused reduction per device). With ``grad_norm`` (the norm of these gradients, given to
-        :meth:`step`): ``1.0`` iff ``grad_norm <= GRAD_BOUND``, compared in float32 (false for NaN and inf), no
-        gradient read; on the gradients' device, where the skip counter lives (a number's norm is a CPU tensor)."""
-        if grad_norm is not None:
-            ok = (grad_norm.detach().reshape(()).float() <= GRAD_BOUND).float()
-            return ok.to(grads[0].device, non_blocking=True)
-        by_device: dict[torch.device, list[torch.Tensor]] = {}
-        for g in grads:
-            by_device.setdefault(g.device, []).append(g)
-        flags = [self._device_finite(gs) for gs in by_device.values()]
-        ok = flags[0]
-        for f in flags[1:]:
-            ok = ok & f.to(ok.device, non_blocking=True)
-        return ok.float()
 
-    @staticmethod
-    def _per_tensor(device: torch.device) -> bool:
-        """Whether the element-wise work on ``device`` uses per-tensor kernels (``out=``, fused copies) rather
-        than ``torch._foreach_*`` multi-tensor kernels: True on CPU, where ``_foreach_*`` is a loop over the
-        tensors anyway, so the per-tensor forms save passes and copies; False elsewhere (CUDA: one launch
-        per list)."""
-        return device.type == "cpu"
-
-    @classmethod
-    def _flag_copies(cls, device: torch.device) -> bool:
-        """Whether a traced step gives each batch its own copy of the skip flag (:func:`bases.stored`): on the
-        CPU's per-tensor path, where it cut SpectraAdamW's first inductor compile from ~2.9x to ~1.8x torch
-        AdamW's; not on the multi-tensor path (CUDA's), where it made an H100's first compile slower (71.6 s
-        against 66.1 s; ``benchmarks/bench_compile.py --names "SpectraAdamW flag copies"``)."""
-        return cls._per_tensor(device)
-
-    def _flags_on_host(self, grads: list[torch.Tensor], grad_norm: torch.Tensor | None) -> bool:
-        """Whether this step decides its non-finite check on the host: an eager step (not traced by
-        ``torch.compile``: a value read would break the graph) whose gradients, ``grad_norm`` and learning
-        rates are CPU tensors or numbers. Reading a CPU value waits for no device, and the verdict as a Python
-        bool spares the flag's operations on 0-d tensors (the comparison's result cast to float, ``found_inf``,
-        the skip counter's comparison and addition), which cost 50-90 us of a step whose caches are cold
-        (measured on a CPU core: docs/BENCHMARKS.md, "Parity on shared tensors, and the check decided on the
-        host"). A flag copied from a GPU
-        without blocking could not be read before a synchronisation: any CUDA tensor among them keeps the
-        tensor flag, and so does the multi-tensor code path forced on a CPU (the GPU's, which a study on a CPU
-        then measures as it runs there)."""
-        if torch.compiler.is_compiling() or (grad_norm is not None and not grad_norm.is_cpu):
-            return False
-        if any(isinstance(g["lr"], torch.Tensor) for g in self.param_groups):
-            return False  # (a tensor lr is folded into the tensor flag, never read)
-        return all(g.is_cpu for g in grads) and self._per_tensor(grads[0].device)  # (the CPU's own code path)
-
-    def _host_finite(self, grads: list[torch.Tensor], grad_norm: torch.Tensor | None) -> bool:
-        """The verdict of :meth:`_finite_flag` as a Python bool, for a step that decides it on the host
-        (:meth:`_flags_on_host`): ``grad_norm <= GRAD_BOUND`` compared in float32, or every gradient entry
-        finite and within the bound (:func:`~spectrakit.optim.opaque.aminmax_within_host`)."""
-        if grad_norm is not None:
-            if grad_norm.dtype == torch.float32:  # its value compared as a double: the float32 comparison's
-                return grad_norm.item() <= GRAD_BOUND  # verdict (no float32 lies between f32(1e18) and 1e18)
-            return bool(grad_norm.float() <= GRAD_BOUND)
-        return aminmax_within_host(grads, GRAD_BOUND)
-
-    def _device_finite(self, grads: list[torch.Tensor]) -> torch.Tensor:
-        """0-d bool: every entry of ``grads`` (same device) is finite and at most :data:`GRAD_BOUND` in
-        magnitude (NaN fails the comparison). Multi-tensor device: the fused
-        ``_foreach_norm(inf)`` (one kernel); CPU: per-tensor ``aminmax`` (min and max are finite iff every
-        entry is: NaN propagates, +-inf is the max/min) into a buffer kept across steps,
-        about 10x faster there than the unvectorised inf-norm. While ``torch.compile`` traces the step, on every
-        device one call of the operator ``spectrakit::grads_within`` running the same check (CPU: ``aminmax``;
-        :mod:`spectrakit.optim.opaque`): traced as reductions, inductor generated a kernel per gradient (CPU,
-        d = 256, cold cache: plain AdamW 23 kernels and a compiled step 1.13x its eager one, against 2 kernels and
-        1.07x with the operator; MARS's first compile 30.5 -> 21.9 s of CPU)."""
-        # traced: one operator call of the same kernel (inductor would generate a reduction kernel per gradient)
-        check = grads_within_op if torch.compiler.is_compiling() else grads_within
-        return check(grads, GRAD_BOUND, self._per_tensor(grads[0].device))
-
-    def _batches(self, group: dict):
-        """Split a group's parameters with gradients into batches: (kind, shape, params).
-
-        ``kind`` is ``"matrix"`` (ndim >= 2, same ``(m, n)`` view, dtype, device) or ``"flat"``
-        (ndim < 2, same dtype and device); the :meth:`_batch_cost` of a batch (elements plus the
-        post-transform's workspace) stays within ``max_batch_numel``, by default :meth:`_batch_cap`."""
-        buckets: dict[tuple, list[torch.Tensor]] = {}
-        for p in group["params"]:
-            if p.grad is None or p.numel() == 0:
-                continue
-            if p.grad.is_sparse:
-                raise ValueError("sparse gradients are not supported by Spectra")
-            key = ("matrix", matrix_shape(p.shape)) if p.ndim >= 2 else ("flat", None)
-            buckets.setdefault((*key, p.dtype, p.device), []).append(p)
-        cap = group["max_batch_numel"]
-        if cap is None:
-            cap = self._batch_cap(group)
-        for (kind, shape, _, _), ps in buckets.items():
-            chunk, size = [], 0
-            for p in ps:
-                numel = self._batch_cost(group, kind, shape, p)
-                if chunk and size + numel > cap:
-                    yield kind, shape, chunk
-                    chunk, size = [], 0
-                chunk.append(p)
-                size += numel
-            yield kind, shape, chunk
-
-    @staticmethod
-    def _batch_cost(group: dict, kind: str, shape: tuple | None, p: torch.Tensor) -> int:
-        """Elements that parameter ``p`` adds to the peak memory of its batch: its work copy plus, for a
-        matrix, the workspace of the group's post-transform
-        (:func:`~spectrakit.optim.transforms.workspace_numel`, e.g. the Gram matrices of the fast soft
-        clip)."""
-        extra = workspace_numel(group["post"], *shape) if kind == "matrix" else 0
-        return p.numel() + extra
-
-    def _batch_cap(self, group: dict) -> int:
-        """Default batch budget (``max_batch_numel=None``): the largest :meth:`_batch_cost` of a single
-        parameter of the group (the unavoidable peak: one copy of the largest parameter plus its
-        workspace), so that no batch needs more extra memory than the largest parameter alone; at least
-        :func:`min_batch_numel` of the parameters' device (small models keep their same-shape matrices in
-        one batch; on CUDA up to 2^26 elements for the posts with small temporaries, where kernel launches,
-        not memory, limit the step)."""
-        cap = MIN_BATCH_NUMEL
-        for p in group["params"]:
-            if p.grad is not None and p.numel() > 0:
-                cap = max(cap, min_batch_numel(p.device, group["post"]))
-                kind, shape = ("matrix", matrix_shape(p.shape)) if p.ndim >= 2 else ("flat", None)
-                cap = max(cap, self._batch_cost(group, kind, shape, p))
-        return cap
-
-    def _cached_plan(self, group: dict) -> list[tuple]:
-        """:meth:`_plan` of the group, kept across eager steps while what it depends on is unchanged: the
-        identity, shape, dtype and device of every parameter, whether it has a gradient, and the
-        hyperparameters that batch them (``post``, ``scale``, ``vector_clip``, ``pre_c``, ``max_batch_numel``).
-        Building the plan walks the parameters in Python several times (a quarter of a small model's
-        multi-tensor step, measured on CPU); comparing this key costs one pass.
-
-        Returns ``(plan, works)``: ``works`` is a dict (batch index -> work tensor and its views, filled by
-        the step) when the group's parameters hold at most :data:`MIN_BATCH_NUMEL` elements in all, so that a
-        small model's step allocates and slices no work tensor (4 MiB in fp32 at most, kept with the plan),
-        else None. While ``torch.compile`` traces the step: the plan computed afresh (constants of the graph)
-        and no kept tensor."""
-        if torch.compiler.is_compiling():
-            return self._plan(group), None
-        key = (group["post"], group["scale"], group["vector_clip"], group["pre_c"], group["max_batch_numel"],
-               tuple((id(p), p.shape, p.dtype, p.device, p.grad is None) for p in group["params"]))
-        slot = ("plan", id(group))
-        hit = self._scratch_bufs.get(slot)
-        if hit is None or hit[0] != key:
-            if hit is None:  # a new group (load_state_dict makes new group dicts): drop the plans of the old ones
-                live = {id(g) for g in self.param_groups}
-                for old in [k for k in self._scratch_bufs if k[0] == "plan" and k[1] not in live]:
-                    del self._scratch_bufs[old]
-            plan = self._plan(group)
-            small = sum(p.numel() for batch in plan for p in batch[2]) <= MIN_BATCH_NUMEL
-            hit = self._scratch_bufs[slot] = (key, plan, {} if small else None)
-        return hit[1], hit[2]
-
-    def _plan(self, group: dict) -> list[tuple]:
-        """The batches of one step: ``(kind, shape, params, alpha)`` for each batch of :meth:`_batches`,
-        ``alpha`` from :meth:`_update_scale`. When the group's update is element-wise (``post="none"``, no
-        ``vector_clip``, no ``pre_c``), the batches of one (dtype, device, alpha) are merged into ``"flat"``
-        batches of at most ``max_batch_numel`` elements (default: :meth:`_batch_cap`, on CUDA at least
-        2^26), in order: the same arithmetic per element, and a number of ops per step that does not grow
-        with the number of distinct shapes (each batch issues ~20 ops, which bound a small model's step on a
-        GPU by the host). A flat batch applies per-parameter factors (AdamW's bias corrections) as one
-        ``torch._foreach_mul_`` over a list of 0-d tensors, as ``torch.optim.AdamW(foreach=True,
-        capturable=True)`` does."""
-        plan = [(kind, shape, ps, self._update_scale(group, kind, shape, ps))
-                for kind, shape, ps in self._batches(group)]
-        if (POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"] or group["pre_c"] is not None
-                or len(plan) < 2):
-            return plan
-        cap = group["max_batch_numel"]
-        if cap is None:
-            cap = self._batch_cap(group)
-        out, flat = [], {}
-        for batch in plan:
-            ps, alpha = batch[2], batch[3]
-            key = (ps[0].dtype, ps[0].device, alpha)
-            for p in ps:
-                cur = flat.get(key)
-                if cur is None or (cur[1] and cur[1] + p.numel() > cap):
-                    cur = flat[key] = [("flat", None, [], alpha), 0]
-                    out.append(cur[0])
-                cur[0][2].append(p)
-                cur[1] += p.numel()
-        return out
-
-    def _post_transform_groups(self, batches: list[dict]) -> list[torch.Tensor]:
-        """Transform stacked matrix batches: one call of the named transform per batch.
-
-        Each batch is a dict with ``U`` (work dtype, ``(B, m, n)``), ``params`` (the ``B`` parameters whose
-        directions ``U`` stacks, in order), ``stage`` (``"pre"`` or ``"post"``), ``post`` (the transform
-        name, a key of ``POST_TRANSFORMS``; the group's ``pre`` name for the pre-clip), ``c`` (float
-        threshold; a 0-d float64 CPU tensor in a step traced by ``torch.compile`` during a step-dependent clip
-        schedule, :meth:`_clip_thresholds`), ``steps`` (iteration count or None) and ``dtype`` (compute dtype
-        or None). Returns the transformed batches (same shapes; may be ``U`` itself, overwritten: ``"none"``
-        and the in-place variant ``fn.inplace`` of a transform, used when present, e.g. the fast soft clip).
-        This is the step a distributed subclass overrides (split each batch by owner rank, transform the own
-        slice, exchange)."""
-        if torch.compiler.is_compiling():  # opaque operator calls, one per run of alike batches
-            return traced_transforms(batches)
-        out = []
-        for b in batches:
-            fn = POST_TRANSFORMS[b["post"]]
-            fn = getattr(fn, "inplace", fn)  # the in-place variant where one exists (may overwrite U)
-            fn = functools.partial(fn, **b["post_kwargs"]) if fn is not None and b.get("post_kwargs") else fn
-            out.append(b["U"] if fn is None else fn(b["U"], b["c"], b["steps"], b["dtype"]))
-        return out
-
-    def _pre_transform_groups(self, batches: list[dict]) -> list[torch.Tensor]:
-        """Pre-clip the stacked raw-gradient batches (``pre_c`` set; ``stage == "pre"``, same dict format as
-        :meth:`_post_transform_groups`). By default it delegates to :meth:`_post_transform_groups`, so a
-        subclass that overrides that hook (e.g. the distributed one) handles the pre-clip the same way;
-        override this method to treat the two stages differently."""
-        return self._post_transform_groups(batches)
-
-    def _update_scale(self, group: dict, kind: str, shape: tuple | None, params: list[torch.Tensor]) -> float:
-        """``alpha`` of one batch: ``update_scale(scale, post, m, n)`` for a ``"matrix"`` batch of
-        matrix shape ``shape = (m, n)`` (:func:`~spectrakit.optim.transforms.update_scale`), the numeric
-        ``scale`` or 1 for a ``"flat"`` batch. A subclass whose ``params`` are shards of larger tensors
-        overrides it to use the global shape."""
-        if kind == "matrix":
-            return update_scale(group["scale"], group["post"], *shape)
-        return group["scale"] if not isinstance(group["scale"], str) else 1.0
 
     def _init_group(self, group: dict) -> None:
         """Create the missing states of the group's parameters that have a gradient (``base.init_state``).
@@ -845,39 +350,6 @@ class Spectra(torch.optim.Optimizer):
         for dev, wdt in matrices:
             self._warm_transforms(group, dev, wdt)
 
-    def _warm_transforms(self, group: dict, device: torch.device, dtype: torch.dtype) -> None:
-        """Run the group's matrix post-/pre-transforms once on a small matrix of the work ``dtype`` on
-        ``device`` (once per optimizer and setting): the iterative transforms compute their coefficient tables
-        on the host at their first call and cache them, and a first call traced by ``torch.compile`` would
-        break its graph there (a host read of a tensor value)."""
-        post_dtype = self._compute_dtype(group, device)
-        dtypes = [post_dtype]
-        if post_dtype == torch.bfloat16 and not self.exact_bf16:
-            dtypes.append(None)  # matrices below BF16_MIN_DIM compute in the work dtype
-        stages = [(group["post"], post_kwargs(group, group["post"]))]
-        if group["pre_c"] is not None:
-            stages.append((group["pre"], {}))
-        warmed = self._warmed
-        for (name, kwargs), post_dtype in product(stages, dtypes):
-            fn = POST_TRANSFORMS[name]
-            key = (name, tuple(sorted(kwargs.items())), group["post_steps"], post_dtype, str(device), dtype)
-            if fn is None or key in warmed:
-                continue
-            warmed.add(key)
-            x = torch.linspace(-1.0, 1.0, 6, dtype=dtype, device=device).reshape(1, 2, 3)
-            for u in (x, x.mT.contiguous()):
-                fn(u, 1.0, group["post_steps"], post_dtype, **kwargs)  # the tables do not depend on c (inf: off)
-
-    def _compute_dtype(self, group: dict, device: torch.device, shape: tuple | None = None) -> torch.dtype | None:
-        """Compute dtype of the group's iterative transforms on ``device``: ``post_dtype``, except that
-        bfloat16 falls back to the work dtype (None) where bf16 matmuls are emulated, or for a matrix batch of
-        ``shape`` ``(m, n)`` with ``min(m, n) <`` :data:`BF16_MIN_DIM`, unless the preset keeps published bf16
-        arithmetic (``exact_bf16``)."""
-        post_dtype = None if group["post_dtype"] is None else _DTYPES[group["post_dtype"]]
-        if post_dtype == torch.bfloat16 and not self.exact_bf16:
-            if not bf16_matmul_fast(device) or (shape is not None and min(shape) < BF16_MIN_DIM):
-                return None
-        return post_dtype
 
     def _state(self, p: torch.Tensor, base) -> dict:
         state = self.state[p]
@@ -887,7 +359,7 @@ class Spectra(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None, *, grad_norm=None):
-        """Perform one update (see the module docstring); returns ``closure()`` if given.
+        """Perform one update (see docs/optim_step.md); returns ``closure()`` if given.
 
         ``grad_norm``: optional, a norm ``||g||_p`` (any ``p >= 1``: ``|g_i| <= ||g||_p`` for every entry) of all
         the gradients this step reads (those of the groups with ``check_finite=True``), as they are when
@@ -968,99 +440,6 @@ class Spectra(torch.optim.Optimizer):
             _count_step(group)
         return loss
 
-    @staticmethod
-    def _given_norm(grad_norm, closure) -> torch.Tensor:
-        """``step``'s ``grad_norm`` as a tensor (a DTensor's full value; a number as a 0-d float64 tensor that
-        ``torch.compile`` keeps symbolic, :func:`~spectrakit.optim.fused.number_tensor`), or ``TypeError`` /
-        ``ValueError`` naming it."""
-        if closure is not None:
-            raise ValueError("grad_norm cannot be given with a closure: the closure computes the gradients "
-                             "after the norm was taken; call the closure, take the norm, then step(grad_norm=...)")
-        if isinstance(grad_norm, torch.Tensor):
-            if not grad_norm.is_floating_point() or grad_norm.numel() != 1:
-                raise TypeError(f"grad_norm must be a number >= 0 or a floating tensor of one element, got a "
-                                f"{grad_norm.dtype} tensor of shape {tuple(grad_norm.shape)}")
-            dtensor = sys.modules.get("torch.distributed.tensor")  # FSDP2: clip_grad_norm_ returns a DTensor
-            return grad_norm.full_tensor() if dtensor and isinstance(grad_norm, dtensor.DTensor) else grad_norm
-        if isinstance(grad_norm, bool) or not isinstance(grad_norm, (int, float)):
-            raise TypeError(f"grad_norm must be a number >= 0 or a floating tensor of one element, got "
-                            f"{type(grad_norm).__name__}")
-        if grad_norm < 0:  # (a NaN or infinite norm is a norm: it skips the step)
-            raise ValueError(f"grad_norm must be >= 0 (a norm), got {grad_norm}")
-        return number_tensor(float(grad_norm))
-
-    def _check_step_hyperparameters(self, index: int, group: dict) -> None:
-        """Re-validate a group's hyperparameters at step time: a scheduler or user code may have set them
-        after construction (``group["lr"] = float("nan")``, ``betas = (1.0, 0.999)``, ``post = "bogus"``).
-        Python numbers cost no host sync to check, so a bad one raises ``ValueError`` naming the group and the
-        argument before anything is modified; tensor values (a tensor ``lr``) are not read here but folded
-        into the step's skip flag (:meth:`_tensor_hyper_flag`)."""
-        try:
-            self._validate(group, at_step=True)
-        except (ValueError, TypeError) as e:
-            raise type(e)(f"param group {index}: {e} (checked at step time; it was changed after "
-                          "construction)") from None
-
-    @staticmethod
-    def _tensor_hyper_flag(group: dict, device: torch.device) -> torch.Tensor:
-        """0-d fp32 on ``device``: 1 unless a tensor hyperparameter (``lr``) is non-finite or negative; a step
-        with such a value is skipped and counted in ``skipped_steps`` (no host read)."""
-        lr = group["lr"]
-        if not isinstance(lr, torch.Tensor):
-            return torch.ones((), device=device)
-        lr = lr.detach().to(device=device, dtype=torch.float32, non_blocking=True)
-        return (torch.isfinite(lr) & (lr >= 0)).float()
-
-    @staticmethod
-    def _clips(group: dict) -> bool:
-        """Whether the group's threshold ``c`` is used: a matrix post-transform or the vector clip."""
-        return POST_TRANSFORMS[group["post"]] is not None or group["vector_clip"]
-
-    @staticmethod
-    def _schedule_step(group: dict) -> int:
-        """The step index ``k`` for the group's clip schedules in an eager step: ``int(steps_taken)`` when a
-        schedule in use depends on it (an ``inverse_lr`` warm-up with ``warmup_steps > 0``, or a decay), else
-        ``warmup_steps`` (where such a schedule is constant, ``c_k = c``), so that the counter is not read.
-        Reading it costs no device sync (the counter lives on the CPU)."""
-        scheds = ([group["c_schedule"]] if Spectra._clips(group) else []) + (
-            [group["pre_c_schedule"]] if group["pre_c"] is not None else [])
-        if any(reads_step(s, group["warmup_steps"]) for s in scheds):
-            return int(group["steps_taken"])
-        return group["warmup_steps"]
-
-    @classmethod
-    def _clip_thresholds(cls, group: dict) -> tuple:
-        """``(c_k, pre_c_k)`` of the group's step (:func:`~spectrakit.optim.schedules.clip_threshold`;
-        ``pre_c_k`` None without pre-clip, ``pre_c`` None or inf). Eagerly Python floats (a tensor ``lr`` is read
-        during the warm-up only, where ``c_k = c peak_lr / lr_k`` needs its value). While ``torch.compile``
-        traces the step, a threshold whose schedule depends on the step (warm-up, decay) is a 0-d float64 CPU
-        tensor made by one operator call from the ``steps_taken`` and ``lr`` tensors
-        (:func:`~spectrakit.optim.opaque.traced_threshold`, the same function evaluated by its kernel: the eager
-        value bit for bit), so that the traced step reads neither on the host (no graph break, no recompile);
-        the other thresholds stay the constant floats."""
-        if torch.compiler.is_compiling():
-            warmup = group["warmup_steps"]
-
-            def traced(value, sched, used):  # constant thresholds as the eager step's (k = warmup: c_k = c)
-                if used and value != math.inf and reads_step(sched, warmup):
-                    return traced_threshold(value, group, sched)
-                return clip_threshold(value, warmup, 0.0, group["peak_lr"], warmup, sched)
-
-            pre_c = group["pre_c"]
-            c_k = traced(group["c"], group["c_schedule"], cls._clips(group))
-            if pre_c is None or pre_c == math.inf:
-                return c_k, None
-            return c_k, traced(pre_c, group["pre_c_schedule"], True)
-        k, lr = cls._schedule_step(group), group["lr"]
-        # the warm-up rule c_k = c peak_lr / lr_k needs lr_k's value: a tensor lr is read during warm-up only
-        lr_c = float(lr) if isinstance(lr, torch.Tensor) and k < group["warmup_steps"] else lr
-        c_k = clip_threshold(group["c"], k, lr_c, group["peak_lr"], group["warmup_steps"], group["c_schedule"])
-        pre_c = group["pre_c"]
-        pre_c_k = None if pre_c is None else clip_threshold(
-            pre_c, k, lr_c, group["peak_lr"], group["warmup_steps"], group["pre_c_schedule"])
-        if pre_c_k == math.inf:  # pre_c = inf: no pre-clip
-            pre_c_k = None
-        return c_k, pre_c_k
 
     def _step_group(self, group: dict, ok: torch.Tensor | None, good: bool | None = None) -> None:
         """One step of ``group``; ``ok``: the step's 0-d fp32 flag (1 take, 0 skip), or None where nothing
@@ -1242,69 +621,4 @@ class Spectra(torch.optim.Optimizer):
             for (batch, lr_wd, ok_d, scale, per_tensor), upd, fin in zip(pending, updates, fins):
                 self._finish_matrix_batch(batch["params"], upd, lr_wd, ok_d, scale, per_tensor, fin)
 
-    def _finish_matrix_batch(self, params, upd, lr_wd, ok_d, scale, per_tensor: bool, fin=None) -> None:
-        """Steps (3)-(4) after a matrix batch's post-transform ``upd`` (``(B, m, n)``, ours to modify): a
-        non-finite update (a post-transform that broke down) is not applied (this batch's parameters keep their
-        values and the step counts as skipped, no host read), else ``p <- (1 - lr wd ok) p + scale * upd``.
-        ``fin``: None, or ``upd``'s finiteness as a 0-d bool tensor already found (its non-finite entries
-        zeroed), as :meth:`_finite_` does."""
-        fin = self._finite_(upd) if fin is None else fin.to(upd.dtype)
-        self._post_flags.append(fin)
-        ok_d, scale = ok_d * fin, scale * fin
-        deltas = [d.view(p.shape) for d, p in zip(upd.unbind(0), params)]
-        self._apply_update(params, deltas, lr_wd, ok_d, scale, per_tensor, upd)
 
-    def _scratch(self, numel: int, dtype: torch.dtype, device: torch.device, slot: str = "tmp") -> torch.Tensor:
-        """A 1-D buffer of at least ``numel`` elements, kept across steps (not in ``state_dict``), one per
-        ``slot``, dtype and device: ``"tmp"``, the temporaries of the per-tensor bodies (:meth:`Work.scratch`,
-        Lion's interpolation; at most one parameter's size), and ``"work"``, the work tensor of a CPU step's
-        batches (at most the largest batch: the peak the step needs anyway). Allocating them afresh each step
-        costs page faults on CPU. While ``torch.compile`` traces the step, a fresh tensor instead: a graph that read
-        a buffer kept on the optimizer would be guarded on it (a recompile at the next call)."""
-        if torch.compiler.is_compiling():
-            return torch.empty(numel, dtype=dtype, device=device)
-        cache = self._scratch_bufs
-        key = (slot, dtype, str(device))
-        buf = cache.get(key)
-        if buf is None or buf.numel() < numel:
-            buf = cache[key] = None  # the smaller one freed first (no peak of both)
-            buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
-        return buf
-
-    @staticmethod
-    def _finite_(x: torch.Tensor) -> torch.Tensor:
-        """0-d tensor (x's dtype): 1 if every entry of ``x`` is finite, else 0; then zeroes ``x``'s non-finite
-        entries in place (so that a cancelled update ``0 * x`` stays 0). Two passes over ``x`` (``aminmax``,
-        ``nan_to_num``), no host read. Traced by ``torch.compile``: one call of the operator
-        ``spectrakit::finite_`` running these same passes (:mod:`spectrakit.optim.opaque`), so that inductor
-        generates no reduction kernel for it (traced as ``amax`` and ``where``, one more kernel per matrix batch
-        to compile)."""
-        if not x.numel():
-            return x.new_ones(())
-        if torch.compiler.is_compiling():
-            return finite_op([x])[0].to(x.dtype)
-        return finite_one_(x).to(x.dtype)
-
-    @staticmethod
-    def _apply_update(params, deltas, lr_wd: float, ok: torch.Tensor, scale, per_tensor: bool, upd) -> None:
-        """``p <- (1 - lr wd ok) p + scale * delta`` for every parameter (``scale``: None or a 0-d tensor;
-        ``upd``: the tensor that ``deltas`` view, ours to modify): scale, decay, then add (three roundings,
-        in this order on every path; a fused ``addcmul`` would round differently on some CPUs). On CPU
-        tensor by tensor, so that each delta and parameter stays in cache for the three operations."""
-        decay = 1 - lr_wd * ok if _nonzero(lr_wd) else None
-        if per_tensor:
-            for p, d in zip(params, deltas):
-                if scale is not None:
-                    d.mul_(scale)
-                if decay is not None:
-                    p.mul_(decay)
-                p.add_(d)
-            return
-        if scale is not None:
-            if upd is None:  # traced: separate work tensors
-                torch._foreach_mul_(deltas, scale)
-            else:
-                upd.mul_(scale)
-        if decay is not None:
-            torch._foreach_mul_(params, decay)
-        torch._foreach_add_(params, deltas)

@@ -191,7 +191,7 @@ def test_plot_errors(tmp_path):
 
 
 def test_plot_styles_share_a_colour_and_one_legend_entry_per_optimizer():
-    from spectrakit.experiments.compare import _run_styles
+    from spectrakit.experiments.compare_plots import _run_styles
 
     rows = [{"optimizer": o, "seed": s, "lr": 3e-3} for o in ("adamw", "spectra-adamw") for s in (0, 1, 2)]
     rows.append({"optimizer": "spectra-adamw", "seed": 0, "lr": 3e-3, "c": 10.0})

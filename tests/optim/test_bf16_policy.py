@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import spectrakit.optim as O
-import spectrakit.optim.spectra as spectra_mod
+import spectrakit.optim.batching as spectra_mod  # (BF16_MIN_DIM is read there)
 from spectrakit.linalg import bf16_matmul_override
 
 SHAPES = [(24, 40), (40, 24), (16,)]

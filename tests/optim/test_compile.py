@@ -388,7 +388,7 @@ def test_traced_matrix_transforms_are_one_operator_call(case):
 
 def test_eager_step_does_not_call_the_operator(monkeypatch):
     """Outside a trace the transform is the eager function (the operator is for ``torch.compile`` only)."""
-    import spectrakit.optim.spectra as spectra
+    import spectrakit.optim.batching as spectra  # (the batch transforms live there)
 
     def fail(*args):
         raise AssertionError("operator called eagerly")

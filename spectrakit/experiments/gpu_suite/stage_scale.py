@@ -110,7 +110,7 @@ def launches(step, ctx) -> int:
     from spectrakit.optim import Spectra
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.cuda else [])
-    saved = Spectra.__dict__["_per_tensor"]
+    saved = Spectra.__dict__.get("_per_tensor")  # (None: inherited from its mixin)
     if not ctx.cuda:
         Spectra._per_tensor = staticmethod(lambda device: False)
     try:
@@ -118,7 +118,10 @@ def launches(step, ctx) -> int:
             step()
             _sync(ctx)
     finally:
-        Spectra._per_tensor = saved
+        if saved is not None:
+            Spectra._per_tensor = saved
+        elif "_per_tensor" in Spectra.__dict__:
+            del Spectra._per_tensor
     events = prof.events()
     if ctx.cuda:
         return sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)

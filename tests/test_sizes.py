@@ -1,0 +1,21 @@
+"""What a newcomer reads stays short: the README fits in 150 lines and no module of the package is over 700
+lines (a module longer than that is split along its seams, as ``optim/spectra.py`` was into ``verdict``,
+``batching``, ``hyperparams`` and ``state_io``)."""
+
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MODULES = sorted((ROOT / "spectrakit").rglob("*.py"))
+
+
+def test_readme_is_short():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150, len(lines)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(ROOT)) for p in MODULES])
+def test_module_is_at_most_700_lines(path):
+    n = len(path.read_text(encoding="utf-8").splitlines())
+    assert n <= 700, f"{path.relative_to(ROOT)}: {n} lines"
