@@ -10,16 +10,14 @@ import argparse
 import json
 import os
 
-import torch
+from spectrakit._cliargs import UsageError, positive_int, shape
 
-from spectrakit._cliargs import UsageError, shape
-from spectrakit.conv.report import lipschitz_report
+# the models of spectrakit.models.cnn (a test keeps the two lists equal): --help needs no torch
+MODEL_NAMES = ("cnn-small", "resnet-small", "resnet-tiny")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from spectrakit.models.cnn import MODELS
-
-    parser.add_argument("--model", default="cnn-small", choices=sorted(MODELS),
+    parser.add_argument("--model", default="cnn-small", choices=MODEL_NAMES,
                         help="built-in model (also the architecture for a state_dict --checkpoint)")
     parser.add_argument("--checkpoint", default=None,
                         help="state_dict of --model: a torch.save'd state_dict or a spectrakit checkpoint "
@@ -27,14 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-shape", type=shape, default=(1, 28, 28),
                         help="input shape without the batch dim, e.g. 3,32,32 (default: 1,28,28)")
     parser.add_argument("--exact", action="store_true", help="also compute the exact value per conv layer")
-    parser.add_argument("--iters", type=int, default=100, help="HOPM / power iterations")
+    parser.add_argument("--iters", type=positive_int, default=100, help="HOPM / power iterations")
     parser.add_argument("--json", default=None, help="write the report as JSON to this path")
 
 
 def _load_weights(path: str) -> dict:
     """The model state_dict in ``path``: a ``torch.save``d state_dict, a dict with a ``"model"`` entry, or a
     spectrakit checkpoint folder / step directory; read with ``weights_only=True`` (never executes code)."""
-    from spectrakit._cliargs import UsageError
+    import torch
+
     from spectrakit.checkpoint import STATE_FILE, CheckpointError, resolve, safe_load
 
     try:
@@ -51,6 +50,7 @@ def _load_weights(path: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spectrakit.conv.report import lipschitz_report
     from spectrakit.models.cnn import MODELS, build_model
 
     model = build_model(args.model)

@@ -13,34 +13,50 @@ from __future__ import annotations
 import argparse
 import sys
 
-import torch
+from spectrakit._cliargs import positive_int
 
-from spectrakit._cliargs import UsageError, positive_int
-from spectrakit._tables import environment, markdown_table, report
-from spectrakit.linalg.report import COLUMNS, rows_for
+DTYPE_NAMES = ("fp32", "bf16", "fp64")  # (torch dtypes in run(): the options need no torch)
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}
+
+def _shapes(text: str) -> list[tuple[int, int]]:
+    """``type=`` of ``--shapes``: comma-separated ``MxN`` with M, N >= 2."""
+    try:
+        shapes = [tuple(int(v) for v in s.strip().lower().split("x")) for s in text.split(",")]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(s) != 2 or min(s) < 2 for s in shapes):
+        raise argparse.ArgumentTypeError(f"expected MxN shapes with M, N >= 2 such as 256x768,512x512, got {text!r}")
+    return shapes
+
+
+def _dtypes(text: str) -> list[str]:
+    """``type=`` of ``--dtypes``: comma-separated names from :data:`DTYPE_NAMES`."""
+    names = [d.strip() for d in text.split(",")]
+    if not all(names) or any(d not in DTYPE_NAMES for d in names):
+        raise argparse.ArgumentTypeError(f"expected names from {', '.join(DTYPE_NAMES)}, got {text!r}")
+    return names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when available)")
-    parser.add_argument("--shapes", default="192x384", help="comma-separated MxN shapes")
-    parser.add_argument("--dtypes", default="fp32,bf16", help="comma-separated: fp32, bf16, fp64")
+    parser.add_argument("--shapes", type=_shapes, default=[(192, 384)],
+                        help="comma-separated MxN shapes (default: 192x384)")
+    parser.add_argument("--dtypes", type=_dtypes, default=["fp32", "bf16"],
+                        help="comma-separated: fp32, bf16, fp64 (default: fp32,bf16)")
     parser.add_argument("--reps", type=positive_int, default=3, help="timing repetitions (median)")
     parser.add_argument("--out", default=None, help="folder for results.json/results.md (optional)")
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from spectrakit._tables import environment, markdown_table, report
+    from spectrakit.linalg.report import COLUMNS, rows_for
+
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if args.device == "auto" else args.device))
-    try:
-        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes.split(",") if s]
-        dtypes = [DTYPES[d.strip()] for d in args.dtypes.split(",") if d.strip()]
-    except (ValueError, KeyError) as e:
-        raise UsageError(f"--shapes must look like 256x768,512x512 and --dtypes like fp32,bf16, from "
-                         f"{', '.join(DTYPES)} ({e})") from None
-    if any(len(s) != 2 or min(s) < 2 for s in shapes):
-        raise UsageError("--shapes: each shape must be MxN with M, N >= 2")
+    table = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp64": torch.float64}
+    shapes, dtypes = args.shapes, [table[d] for d in args.dtypes]
     rows = []
     env = environment()
     print(f"## spectrakit ops: matrix functions vs exact SVD/eigh\n\ndevice: {env['device']} · torch {env['torch']} · "
