@@ -18,8 +18,6 @@ import sysconfig
 import zlib
 from collections.abc import Callable
 
-from spectrakit._checks import check_choice
-
 
 class CorpusUnavailableError(RuntimeError):
     """A corpus whose source files are not installed on this machine (the message names the package)."""
@@ -123,6 +121,8 @@ def corpus_files(name: str) -> list[str]:
     Raises ``ValueError`` for an unknown name and :class:`CorpusUnavailableError` (naming the Debian package
     to install) when the corpus is not present, or has no files.
     """
+    from spectrakit._checks import check_choice  # (here: listing the corpora needs no torch)
+
     check_choice(name, "corpus", CORPORA)
     files = CORPORA[name].files()
     if not files:

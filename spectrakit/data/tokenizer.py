@@ -11,8 +11,6 @@ import argparse
 import os
 from collections.abc import Iterable
 
-from spectrakit._checks import check_int
-
 EOT = "<|endoftext|>"
 
 
@@ -61,6 +59,8 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> BPETokenizer:
     The initial alphabet is all 256 byte symbols, plus the special token ``<|endoftext|>``, so any text is
     encodable. Deterministic for a given input order. Raises ``ValueError`` for a vocab size out of range.
     """
+    from spectrakit._checks import check_int  # (here: parsing a tokenizer name needs no torch)
+
     check_int(vocab_size, "vocab_size", low=258, high=65535)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -83,7 +83,8 @@ def parse_tokenizer(spec: str) -> tuple[str, int]:
         return "bytes", 256
     if spec.startswith("bpe") and spec[3:].isdigit():
         n = int(spec[3:])
-        check_int(n, "tokenizer vocab size", low=258, high=65535)
+        if not 258 <= n <= 65535:  # (a plain check: parsing a tokenizer name needs no torch)
+            raise ValueError(f"tokenizer vocab size must be an int in [258, 65535], got {n}")
         return "bpe", n
     raise ValueError(
         f"tokenizer must be 'bytes' or 'bpeN' with N in [258, 65535] (e.g. 'bpe4096'), got {spec!r}"

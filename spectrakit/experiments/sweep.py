@@ -25,6 +25,7 @@ from spectrakit._files import read_regular, save_figure, write_atomic
 from spectrakit.experiments import compare as cmp
 from spectrakit.experiments import runfolders
 from spectrakit.experiments.io import environment, invocation, markdown_table
+from spectrakit.experiments.sweep_cli import add_arguments  # noqa: F401 (the sweep's options)
 from spectrakit.train import interrupt
 from spectrakit.train.optimizers import OPTIMIZERS
 
@@ -398,24 +399,6 @@ def plot(result: dict, out_dir: str) -> list[str]:
         save_figure(fig, paths[-1], dpi=120)
         plt.close(fig)
     return paths
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    cmp.add_arguments(parser)
-    parser.set_defaults(out="runs/sweep")
-    parser.add_argument("--lrs", required=True,
-                        help="comma-separated peak LRs (the --lr of each point); a value such as 2x is that "
-                        "multiple of each optimizer's default LR (e.g. 0.25x,0.5x,1x,2x,4x)")
-    parser.add_argument("--cs", default="", help="comma-separated SPECTRA clip thresholds c (> 0, finite) to "
-                        "sweep for SPECTRA optimizers (default: --c only); c = inf is the base optimizer")
-    parser.add_argument("--shard", default="0/1",
-                        help="I/N: train only every N-th grid point starting at I (0 <= I < N), to run N sweeps "
-                        "side by side on one --out; a last run without --shard reports the whole grid")
-    parser.add_argument("--tol", type=float, default=0.05,
-                        help="report the LR range within this many nats of the best mean validation loss")
-    parser.add_argument("--extend", type=int, default=0,
-                        help="up to this many rounds (0..20) that add the LR one grid step beyond an edge of "
-                        "the grid whose loss is within --tol of the best, until the best LR lies inside")
 
 
 def _compare_options(args: argparse.Namespace) -> dict:
