@@ -19,7 +19,9 @@ A step with a non-finite gradient entry (or one above :data:`GRAD_BOUND`) is ski
 from __future__ import annotations
 
 import math
+import os
 import sys
+import warnings
 
 import torch
 
@@ -80,6 +82,36 @@ def _traced_foreach(pre_c_k) -> bool:
     ``aot_eager``). Measured (inductor, CPU, 1 thread, SpectraAdamW on the 21 parameters of the width-16
     2-layer LLaMA set): see docs/BENCHMARKS.md "Compile-first"."""
     return torch.compiler.is_compiling() and pre_c_k is None
+
+
+class ParamGroupWarning(UserWarning):
+    """A param group that mixes parameters a model's layers would route apart (see ``param_groups``)."""
+
+
+def _warn_mixed_group(group: dict) -> None:
+    """Warn (once per place in the caller's code) when one group holds matrices and 1-D parameters with weight
+    decay: what ``SpectraAdamW(model.parameters())`` builds. Its biases and gains then get weight decay, and
+    an embedding, the output head or a weight stored ``(in, out)`` (Hugging Face's ``Conv1D``) the update of an
+    ordinary ``(out, in)`` matrix; ``param_groups(model)`` routes each as the reference code does."""
+    wd = group.get("weight_decay", 0)
+    if not (isinstance(wd, (int, float)) and wd > 0) or group.get("post") == "none":
+        return
+    dims = {min(p.ndim, 2) for p in group["params"]}
+    if dims >= {2} and dims & {0, 1}:
+        warnings.warn("this param group holds matrices and 1-D parameters (biases, norm gains) with weight decay "
+                      f"{wd:g}: the 1-D ones get decay too, and embeddings, the output head or (in, out) weights "
+                      "such as Hugging Face's Conv1D are updated as plain (out, in) matrices; build the groups "
+                      "with spectrakit.optim.param_groups(model)", ParamGroupWarning, stacklevel=_user_level())
+
+
+def _user_level() -> int:
+    """``stacklevel`` of the first caller outside spectrakit and torch (the user's line that built the optimizer)."""
+    here = sys._getframe(1)
+    level, frame = 1, here
+    inside = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class Spectra(StateDictMixin, VerdictMixin, BatchingMixin, HyperMixin, torch.optim.Optimizer):
@@ -274,6 +306,7 @@ class Spectra(StateDictMixin, VerdictMixin, BatchingMixin, HyperMixin, torch.opt
         group.setdefault("capturable", True)  # no host sync in the step; see _init_group
         self._validate(group)
         self._take_sharded_path(group)
+        _warn_mixed_group(group)
 
     # ``sharded(cls)`` of :mod:`spectrakit.optim.sharding`, set by the ``spectrakit.optim`` package (always
     # imported first), which loads that module on first use: it builds on this one, so cannot be imported here.

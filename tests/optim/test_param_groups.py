@@ -200,3 +200,24 @@ def test_adamw_side_groups_are_torch_adamw(cls):
         ref.step()
     for p, c in zip(side, copies):
         torch.testing.assert_close(p, c, rtol=1e-12, atol=1e-12)
+
+
+def test_a_plain_parameter_list_warns_once_and_param_groups_does_not():
+    """``SpectraAdamW(model.parameters())`` puts weight decay on biases and treats embeddings, the head and
+    ``(in, out)`` weights as plain matrices: one ``ParamGroupWarning`` pointing at the caller's line and at
+    ``param_groups(model)``; the routed groups, a decay-free list and the plain AdamW preset give none."""
+    import warnings
+
+    from spectrakit.optim import AdamW, SpectraAdamW, param_groups
+    from spectrakit.optim.spectra import ParamGroupWarning
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        SpectraAdamW(model.parameters())
+        SpectraAdamW(param_groups(model))
+        SpectraAdamW(model.parameters(), weight_decay=0.0)
+        AdamW(model.parameters())
+    found = [w for w in seen if issubclass(w.category, ParamGroupWarning)]
+    assert len(found) == 1 and "param_groups(model)" in str(found[0].message)
+    assert found[0].filename == __file__
