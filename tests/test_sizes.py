@@ -19,3 +19,12 @@ def test_readme_is_short():
 def test_module_is_at_most_700_lines(path):
     n = len(path.read_text(encoding="utf-8").splitlines())
     assert n <= 700, f"{path.relative_to(ROOT)}: {n} lines"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(ROOT)) for p in MODULES])
+def test_module_docstring_is_at_most_20_lines(path):
+    """A module says what it is in <= 20 lines; implementation narratives live in docs or in comments."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    assert len(doc.splitlines()) <= 20, f"{path.relative_to(ROOT)}: {len(doc.splitlines())} lines"

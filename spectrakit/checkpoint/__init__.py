@@ -9,31 +9,30 @@ Layout (one format for single-process, DDP and FSDP2 runs)::
     <root>/step_00000200/manifest.json      size and sha256 of every file above, written last
     <root>/latest                           name of the newest complete step folder
 
-Guarantees:
+Guarantees:"""
 
-- **Atomic**: a step is written into a temporary folder, every file fsynced, then the manifest, then the
-  folder is renamed to ``step_XXXXXXXX`` and ``latest`` replaced (temporary file + fsync + ``os.replace``).
-  A kill at any moment leaves the previous complete checkpoint current; the ``keep`` newest complete
-  checkpoints (default 2) are kept, older ones removed only after the new one is current. Leftover
-  temporary files are removed by the next save.
-- **One unit**: model, optimizer, scheduler, data position and RNG states of a step live in one folder, so
-  a resume can never mix steps.
-- **Verified**: the manifest must be well formed and list exactly the files of its folder; every file's
-  size and sha256 must match; the loaded loop state must be well formed, of the manifest's step and within
-  the run's number of steps. Anything else raises :class:`CheckpointError` (one line naming the file), and
-  loading from the run folder falls back to the previous complete checkpoint, saying so on stderr.
-- **Contained**: ``latest`` names exactly one step folder of the run folder; no path in a manifest or in DCP
-  metadata leads outside its step folder; symbolic links in a step folder are refused.
-- **No code execution**: every file is read with ``torch.load(weights_only=True)``, which only rebuilds
-  tensors and plain containers; DCP metadata is unpickled with an exact allow-list of DCP's own classes
-  (:func:`check_metadata`).
-- **Disk full**: a failed save removes its partial files, keeps the previous checkpoint and raises
-  :class:`CheckpointError` "no space left on device: <path> ..." (its ``errno`` is ``errno.ENOSPC``).
-
-Resuming from a checkpoint written after step ``k`` and training to step ``K`` gives bit-identical
-parameters and losses to an uninterrupted run of ``K`` steps on CPU, because the data stream is a function of
-its position and the RNG states are restored.
-"""
+# - **Atomic**: a step is written into a temporary folder, every file fsynced, then the manifest, then the
+#   folder is renamed to ``step_XXXXXXXX`` and ``latest`` replaced (temporary file + fsync + ``os.replace``).
+#   A kill at any moment leaves the previous complete checkpoint current; the ``keep`` newest complete
+#   checkpoints (default 2) are kept, older ones removed only after the new one is current. Leftover
+#   temporary files are removed by the next save.
+# - **One unit**: model, optimizer, scheduler, data position and RNG states of a step live in one folder, so
+#   a resume can never mix steps.
+# - **Verified**: the manifest must be well formed and list exactly the files of its folder; every file's
+#   size and sha256 must match; the loaded loop state must be well formed, of the manifest's step and within
+#   the run's number of steps. Anything else raises :class:`CheckpointError` (one line naming the file), and
+#   loading from the run folder falls back to the previous complete checkpoint, saying so on stderr.
+# - **Contained**: ``latest`` names exactly one step folder of the run folder; no path in a manifest or in DCP
+#   metadata leads outside its step folder; symbolic links in a step folder are refused.
+# - **No code execution**: every file is read with ``torch.load(weights_only=True)``, which only rebuilds
+#   tensors and plain containers; DCP metadata is unpickled with an exact allow-list of DCP's own classes
+#   (:func:`check_metadata`).
+# - **Disk full**: a failed save removes its partial files, keeps the previous checkpoint and raises
+#   :class:`CheckpointError` "no space left on device: <path> ..." (its ``errno`` is ``errno.ENOSPC``).
+#
+# Resuming from a checkpoint written after step ``k`` and training to step ``K`` gives bit-identical
+# parameters and losses to an uninterrupted run of ``K`` steps on CPU, because the data stream is a function of
+# its position and the RNG states are restored.
 
 from spectrakit.checkpoint.dcp import METADATA_GLOBALS, check_metadata, load_dcp, save_dcp
 from spectrakit.checkpoint.files import CheckpointError, safe_load

@@ -14,12 +14,11 @@ as one batch and the best is kept; the singular vectors are returned as a :class
 can warm-start from them (one iteration per training step suffices, Grishina, Gorbunov and Rakhuba 2024 App. F). One
 sweep over all modes
 costs two passes over ``K`` (``4 N`` real multiply-adds per start, ``N`` = number of kernel entries; see
-:func:`hopm`), i.e. less than one warm F4 step (a power iteration on each of 4 unfoldings, 8 passes).
+:func:`hopm`), i.e. less than one warm F4 step (a power iteration on each of 4 unfoldings, 8 passes)."""
 
-Gradient (Prop. 1): with ``z = K(u_1..u_D) = re + i im`` at the fixed point,
-``d||K||_sigma/dK = (re * Re(u_1 o..o u_D) + im * Im(u_1 o..o u_D)) / |z|``, computed by a custom
-``autograd.Function`` as one real matmul (no back-propagation through the iterations).
-"""
+# Gradient (Prop. 1): with ``z = K(u_1..u_D) = re + i im`` at the fixed point,
+# ``d||K||_sigma/dK = (re * Re(u_1 o..o u_D) + im * Im(u_1 o..o u_D)) / |z|``, computed by a custom
+# ``autograd.Function`` as one real matmul (no back-propagation through the iterations).
 
 from __future__ import annotations
 

@@ -14,19 +14,18 @@ M_j`` (elements owned by rank ``r``), ``s_{j,r}`` = elements of matrix ``j`` hel
 - **FSDP2** (two ``all_to_all``): rank ``r`` sends ``sum_{o(j)!=r} s_{j,r} + sum_{o(j)=r} (M_j - s_{j,r})``
   elements (its chunks to the owners, then the owned results' other chunks back) and receives the same
   amount with the roles swapped; about ``2 (W-1)/W * sum_j M_j / W`` elements when chunks are even and
-  the owned sizes balanced — a ``W/2``-th of the DDP exchange.
+  the owned sizes balanced — a ``W/2``-th of the DDP exchange."""
 
-- **FSDP2 x tensor parallel** (blocks over several mesh dims, :func:`mesh_exchange`): the same two
-  all-to-alls over the flattened sharding group of each matrix (the ``G`` ranks that differ only in its
-  sharding mesh dims), with ``s_{j,r}`` = elements of rank ``r``'s block (from the placements:
-  :func:`~spectrakit.optim.sharding.blocks.block_ranges`); owners are planned per group. A matrix sharded
-  on all ``W = dp * tp`` ranks moves ``2 (W-1)/W^2 M_j`` elements per rank, as FSDP2 alone on ``W`` ranks.
-  Per-rank work is the FLOPs of the matrices the rank owns.
-
-For reference the engines' own traffic per step: DDP all-reduce (ring) ``2 (W-1)/W * P * b`` for ``P``
-parameters; FSDP2 all-gather of parameters in forward and again in backward ``2 (W-1)/W * P * b`` plus the
-gradient reduce-scatter ``(W-1)/W * P * b``.
-"""
+# - **FSDP2 x tensor parallel** (blocks over several mesh dims, :func:`mesh_exchange`): the same two
+#   all-to-alls over the flattened sharding group of each matrix (the ``G`` ranks that differ only in its
+#   sharding mesh dims), with ``s_{j,r}`` = elements of rank ``r``'s block (from the placements:
+#   :func:`~spectrakit.optim.sharding.blocks.block_ranges`); owners are planned per group. A matrix sharded
+#   on all ``W = dp * tp`` ranks moves ``2 (W-1)/W^2 M_j`` elements per rank, as FSDP2 alone on ``W`` ranks.
+#   Per-rank work is the FLOPs of the matrices the rank owns.
+#
+# For reference the engines' own traffic per step: DDP all-reduce (ring) ``2 (W-1)/W * P * b`` for ``P``
+# parameters; FSDP2 all-gather of parameters in forward and again in backward ``2 (W-1)/W * P * b`` plus the
+# gradient reduce-scatter ``(W-1)/W * P * b``.
 
 from __future__ import annotations
 

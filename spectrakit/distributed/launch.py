@@ -2,29 +2,28 @@
 
 ``torchrun`` is the launcher for real jobs; this helper runs a function on ``world_size`` processes of
 this machine (rendezvous through a ``file://`` store in a private temporary directory, so no TCP port has to
-be picked), with a wall-clock limit after which every worker is killed, and returns each rank's return value.
+be picked), with a wall-clock limit after which every worker is killed, and returns each rank's return value."""
 
-Start method: ``"forkserver"`` by default where the platform has it (Linux, macOS). Python's fork server is one
-clean process, started on the first call, that imports torch and this module once (and ``torch._dynamo``,
-which building an optimizer imports); every later worker is a fork of it and starts in a fraction of a second,
-where ``"spawn"`` starts a fresh interpreter per rank that imports torch again (about 3 s of CPU per rank,
-35-45 s per launch measured on a loaded 2-core machine, against 0.3 s with the fork server). Unlike a plain
-``fork`` of the caller, the server holds no threads or locks of the caller, so it is safe from threaded
-programs (pytest-xdist, data loaders). Each worker receives the caller's environment variables as they are at
-the call (the server's own were fixed when it started).
-In a process made by ``os.fork`` the default is ``"spawn"``: a fork server inherited from the parent belongs to
-the parent, and its workers would be neither this process's children nor in its process group (a ``killpg``
-of this process's group must reach them). ``"fork"`` (asked for explicitly) forks the workers from the caller
-itself: the cheapest start, and the workers are the caller's children in its process group, but only safe
-from a caller that runs no other threads (a fork copies no thread, so a lock or an OpenMP pool in use by one
-stays taken in the workers): e.g. a single-threaded process itself made by ``os.fork`` for that purpose.
-
-Teardown: each rank saves its result, then all ranks meet at a barrier, and a rank that has passed it
-leaves a marker file before ``destroy_process_group``. Under load, gloo has been seen to abort a process
-(``terminate called without an active exception``, SIGABRT); when that happens in the teardown, the work is
-already done: once a rank has passed the barrier every rank has finished saving its result, so such an exit
-does not fail the run. A worker that raises, or dies before the barrier, still fails it.
-"""
+# Start method: ``"forkserver"`` by default where the platform has it (Linux, macOS). Python's fork server is one
+# clean process, started on the first call, that imports torch and this module once (and ``torch._dynamo``,
+# which building an optimizer imports); every later worker is a fork of it and starts in a fraction of a second,
+# where ``"spawn"`` starts a fresh interpreter per rank that imports torch again (about 3 s of CPU per rank,
+# 35-45 s per launch measured on a loaded 2-core machine, against 0.3 s with the fork server). Unlike a plain
+# ``fork`` of the caller, the server holds no threads or locks of the caller, so it is safe from threaded
+# programs (pytest-xdist, data loaders). Each worker receives the caller's environment variables as they are at
+# the call (the server's own were fixed when it started).
+# In a process made by ``os.fork`` the default is ``"spawn"``: a fork server inherited from the parent belongs to
+# the parent, and its workers would be neither this process's children nor in its process group (a ``killpg``
+# of this process's group must reach them). ``"fork"`` (asked for explicitly) forks the workers from the caller
+# itself: the cheapest start, and the workers are the caller's children in its process group, but only safe
+# from a caller that runs no other threads (a fork copies no thread, so a lock or an OpenMP pool in use by one
+# stays taken in the workers): e.g. a single-threaded process itself made by ``os.fork`` for that purpose.
+#
+# Teardown: each rank saves its result, then all ranks meet at a barrier, and a rank that has passed it
+# leaves a marker file before ``destroy_process_group``. Under load, gloo has been seen to abort a process
+# (``terminate called without an active exception``, SIGABRT); when that happens in the teardown, the work is
+# already done: once a rank has passed the barrier every rank has finished saving its result, so such an exit
+# does not fail the run. A worker that raises, or dies before the barrier, still fails it.
 
 from __future__ import annotations
 

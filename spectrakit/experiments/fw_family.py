@@ -13,15 +13,14 @@ The method is the composite (generalised) Frank–Wolfe step ``X_{k+1} = (1 - g_
 ``t psi`` plus the ball indicator, which for a unitarily invariant ``psi`` maps each singular value to the
 minimiser of ``(x - s)^2 / 2 + t psi_1(x)`` over ``[0, D]`` (found by bisection on the derivative; no LMO
 formula is used). Reported: ``F(X_K) - F*`` at ``K/10`` and ``K`` and the largest ``||X_k||_2`` (must stay
-``<= D``).
+``<= D``)."""
 
-Convexity: ``b/2 ||X||_F^2``, ``b ||X||_*`` and ``b/p sum s_i^p`` are convex, so the Frank–Wolfe residual goes
-to 0 (``O(1/k)``). The entropy ``b sum (s_i log s_i - s_i)`` of the singular values of a general (not PSD)
-matrix is not convex: a unitarily invariant ``sum h(s_i)`` is convex iff ``h`` is convex and non-decreasing
-on ``[0, inf)`` (Lewis 1995), and ``h(x) = x log x - x`` decreases on ``[0, 1]``. Its LMO (eq. E.3) is still
-the exact minimiser of the subproblem, but Frank–Wolfe stalls: measured residual ~0.1 (``b = 0.1``) and
-~1.2 (``b = 1``) after 300 steps, while FISTA with the exact proximal map reaches a lower value.
-"""
+# Convexity: ``b/2 ||X||_F^2``, ``b ||X||_*`` and ``b/p sum s_i^p`` are convex, so the Frank–Wolfe residual goes
+# to 0 (``O(1/k)``). The entropy ``b sum (s_i log s_i - s_i)`` of the singular values of a general (not PSD)
+# matrix is not convex: a unitarily invariant ``sum h(s_i)`` is convex iff ``h`` is convex and non-decreasing
+# on ``[0, inf)`` (Lewis 1995), and ``h(x) = x log x - x`` decreases on ``[0, 1]``. Its LMO (eq. E.3) is still
+# the exact minimiser of the subproblem, but Frank–Wolfe stalls: measured residual ~0.1 (``b = 0.1``) and
+# ~1.2 (``b = 1``) after 300 steps, while FISTA with the exact proximal map reaches a lower value.
 
 from __future__ import annotations
 

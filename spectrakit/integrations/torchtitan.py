@@ -14,20 +14,19 @@ torchtitan's own names (``AdamW``, ``Adam``, ``DistMuon``) for the other groups.
 ``betas``, ...), as they would be given to the class; every spectrakit group of one container step is the
 update of Jiang, Semenov and Stich (2026), Alg. 2:
 
-    ``X <- (1 - lr wd) X - lr alpha post(base(g), c)``
+    ``X <- (1 - lr wd) X - lr alpha post(base(g), c)``"""
 
-torchtitan adds its implementation switches (``fused``/``foreach``, from ``Config.implementation``) to every
-group; they select kernels of ``torch.optim`` and are dropped for spectrakit's groups (which always take
-their own batched step). ``optimizer_factory_kwargs_by_name[name]`` is passed to the class as constructor
-keywords (defaults of every group of that optimizer, e.g. ``max_batch_numel``).
-
-:func:`spectra_optimizers` writes the common config (one spectral group for everything, optionally a
-``torch.optim.AdamW`` side group for the embeddings, norms and head) as ``default_adamw`` does for AdamW.
-
-torchtitan is optional: this module imports it only when :class:`SpectraOptimizersContainer` or
-:func:`spectra_optimizers` is used, and raises ``ImportError`` naming the install command when it is missing
-(``pip install torchtitan``; torchtitan 0.3 needs Python >= 3.11 and torch >= 2.11).
-"""
+# torchtitan adds its implementation switches (``fused``/``foreach``, from ``Config.implementation``) to every
+# group; they select kernels of ``torch.optim`` and are dropped for spectrakit's groups (which always take
+# their own batched step). ``optimizer_factory_kwargs_by_name[name]`` is passed to the class as constructor
+# keywords (defaults of every group of that optimizer, e.g. ``max_batch_numel``).
+#
+# :func:`spectra_optimizers` writes the common config (one spectral group for everything, optionally a
+# ``torch.optim.AdamW`` side group for the embeddings, norms and head) as ``default_adamw`` does for AdamW.
+#
+# torchtitan is optional: this module imports it only when :class:`SpectraOptimizersContainer` or
+# :func:`spectra_optimizers` is used, and raises ``ImportError`` naming the install command when it is missing
+# (``pip install torchtitan``; torchtitan 0.3 needs Python >= 3.11 and torch >= 2.11).
 
 from __future__ import annotations
 

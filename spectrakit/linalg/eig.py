@@ -7,24 +7,23 @@ symmetric matrix is its eigen-sign), and the scalar identity
 - ``eig_clip(W, lo, hi) = ((lo + hi) I + (lo I - W) msign(lo I - W) - (hi I - W) msign(hi I - W)) / 2``
 - ``eig_relu(W, lo) = (lo I + W + (lo I - W) msign(lo I - W)) / 2``, ``proj_psd(W) = (W + W msign(W)) / 2``
 - ``eig_hardcap(W, hi) = (hi I + W - (hi I - W) msign(hi I - W)) / 2``, ``proj_nsd(W) = (W - W msign(W)) / 2``
-- ``eig_stepfun(W, t) = (I + msign(W - t I)) / 2`` (projector onto eigenvectors with eigenvalue > t)
+- ``eig_stepfun(W, t) = (I + msign(W - t I)) / 2`` (projector onto eigenvectors with eigenvalue > t)"""
 
-Inputs and outputs are symmetrised with ``sym(A) = (A + A^T) / 2``. The sign is a Polar Express
-iteration with relative lower bound 1e-6. The clips are evaluated in the shifted-sandwich form
-``max(W, t) = t I + R (W - t I) R`` with ``R = (I - msign(t I - W)) / 2`` (the projector onto the
-eigenvalues above ``t``), ``min(W, t) = t I + P (W - t I) P`` with ``P = (I + msign(t I - W)) / 2``, and
-``eig_clip = max(min(W, hi), lo)`` as two such steps. A sign error ``E`` then costs ``E (W - t I) R`` (the
-kept part only) and ``E (W - t I) E`` (second order), instead of ``(t I - W) E / 2`` in the identity above:
-eigenvalues far beyond the threshold (``|lambda| >> |t|``, e.g. a cluster at 1e3 capped at 1) no longer
-cost ``~ eps |lambda|`` (measured, fp32: 2.1e-3 -> 5.3e-5 for ``eig_clip`` of a spectrum over +-[1e-3, 1e3];
-bf16: 6.2 -> 3.6e-3 for ``eig_hardcap`` of a 1e3 cluster at 0). bf16 also needs the sign's eigenvectors:
-its steps stay in fp32 until the tracked lower bound reaches ``polar.CLIP_BF16_SWITCH``, and the signs are
-symmetrised (a skew error is a rotation that the sandwich would carry to first order); on a linear
-spectrum in [-1, 1] bf16 errors went from 8e-3 to 4e-3, fp32 stays ~1e-6.
-Near ``t`` the error stays weighted by ``|lambda - t|``; ``eig_stepfun`` is discontinuous,
-so eigenvalues within ``~1e-6 ||W - t I||`` of ``t`` get a value between 0 and 1 (exactly 1/2 at ``t``).
-``method="exact"`` uses a float64 ``torch.linalg.eigh`` (it synchronises on CUDA).
-"""
+# Inputs and outputs are symmetrised with ``sym(A) = (A + A^T) / 2``. The sign is a Polar Express
+# iteration with relative lower bound 1e-6. The clips are evaluated in the shifted-sandwich form
+# ``max(W, t) = t I + R (W - t I) R`` with ``R = (I - msign(t I - W)) / 2`` (the projector onto the
+# eigenvalues above ``t``), ``min(W, t) = t I + P (W - t I) P`` with ``P = (I + msign(t I - W)) / 2``, and
+# ``eig_clip = max(min(W, hi), lo)`` as two such steps. A sign error ``E`` then costs ``E (W - t I) R`` (the
+# kept part only) and ``E (W - t I) E`` (second order), instead of ``(t I - W) E / 2`` in the identity above:
+# eigenvalues far beyond the threshold (``|lambda| >> |t|``, e.g. a cluster at 1e3 capped at 1) no longer
+# cost ``~ eps |lambda|`` (measured, fp32: 2.1e-3 -> 5.3e-5 for ``eig_clip`` of a spectrum over +-[1e-3, 1e3];
+# bf16: 6.2 -> 3.6e-3 for ``eig_hardcap`` of a 1e3 cluster at 0). bf16 also needs the sign's eigenvectors:
+# its steps stay in fp32 until the tracked lower bound reaches ``polar.CLIP_BF16_SWITCH``, and the signs are
+# symmetrised (a skew error is a rotation that the sandwich would carry to first order); on a linear
+# spectrum in [-1, 1] bf16 errors went from 8e-3 to 4e-3, fp32 stays ~1e-6.
+# Near ``t`` the error stays weighted by ``|lambda - t|``; ``eig_stepfun`` is discontinuous,
+# so eigenvalues within ``~1e-6 ||W - t I||`` of ``t`` get a value between 0 and 1 (exactly 1/2 at ``t``).
+# ``method="exact"`` uses a float64 ``torch.linalg.eigh`` (it synchronises on CUDA).
 
 from __future__ import annotations
 

@@ -11,46 +11,45 @@ Default route (``method="polar"``), built on two polar factors of matrices no la
    ``{s < t}``, then ``max(., lo)`` the same way with ``R = (I - sign(lo I - A)) / 2``; both eigen-signs are
    one batched polar-factor call on ``m x m`` symmetric matrices (``hardcap`` needs only ``hi``, ``relu``
    only ``lo``);
-4. ``spectral_clip(X, lo, hi) = clip_[lo, hi](A) O``.
+4. ``spectral_clip(X, lo, hi) = clip_[lo, hi](A) O``."""
 
-The spread of the eigenvalues of ``t I - A`` grows only linearly with ``s_max / t`` (working with
-``t^2 I - X X^T`` would square it). In the sandwich ``P (t I - A) P`` a sign error ``E`` costs
-``E (t I - A) P`` (norm ``<= t``) and ``E (t I - A) E`` (second order), and near the threshold it is
-weighted by ``|s - t|``. The identity form ``(t I - A + (t I - A) sign(t I - A)) / 2`` cost
-``E (t I - A)`` (norm ``~ s_max``) instead, which grew with ``s_max / t`` (measured at ``s_max / t = 1e3``:
-fp32 3e-4..4e-4 -> 4e-5; bf16 2..7 -> <= 1e-2 together with the bf16 settings below). Step 3 runs on
-``A / sc`` with ``sc = max(t, ||X||_F)``
-so every term is bounded by 1. A threshold ``hi >= ||X||_F`` returns
-``X`` itself (no rounding), selected with ``torch.where`` (no host sync). Cost: one ``m x n`` polar factor,
-two ``m x m x n`` products, one batched ``m x m`` sign and two ``m x m`` products per threshold (measured
-24x cheaper than the dilation at 256x1024 on CPU, with the same or better accuracy).
-
-Singular values below ``~1e-6 s_max`` (including the rounding-level ones of a numerically rank-deficient
-fp32 matrix) are only partly resolved by ``O``: exactly zero singular values (zero rows/columns) stay 0
-(their direction is undefined), tiny ones with ``lo > 0`` are raised only partly, to a value in ``[0, lo]``.
-The ``"exact"`` SVD route maps every one of the ``min(m, n)`` singular values, zeros included, into
-``[lo, hi]``.
-
-Far beyond the specified range the fp32 error stays small: measured at 64x192 for ``s_max / t`` = 1e3, 1e4,
-1e5, 1e6, 1e8: Gaussian 3.6e-6 .. 4.2e-5, a 1e3 spike 2e-5 .. 4e-5, a spectrum over 6 decades 3.7e-5, 2.3e-4,
-1.3e-3, 4.2e-3, 4.2e-3 (the dilation: 7e-4 .. 7e-2). The output stays finite for any threshold.
-
-``method="dilation"``: Higham's trick. With ``H = [[I, X/t], [X^T/t, I]]`` (eigenvalues ``1 +- s_i / t``
-and 1), ``msign(H) = [[P, Q], [Q^T, R]]`` has ``P = sum_{s_i < t} u_i u_i^T`` and
-``Q = sum_{s_i > t} u_i v_i^T``, so ``hardcap_t(X) = t Q + P X``; ``spectral_clip = hardcap_hi + lo msign -
-hardcap_lo``. One ``(m + n)``-sized polar factor: 20-40x the cost, and ``P X`` carries a first-order sign
-error ``~ l s_max``, so it is less accurate than the default for ``s_max / t >~ 1e3``.
-
-``method="nested"``: ``hardcap_t(X) = (t O + X - (t O - X) msign(t O - X)^T O) / 2`` with ``O = msign(X)``,
-two sequential ``m x n`` polar factors, numerically unstable when ``s_max / t`` is large (it fails from ~100
-in bf16): documented, not default.
-
-bf16 (``dtype=torch.bfloat16``): the sign iterations run in fp32 until their tracked lower bound reaches
-``polar.CLIP_BF16_SWITCH`` (7 of 12 steps), the rest in bf16, and the eigen-signs are symmetrised: relative error
-<= 1e-2 measured for ``s_max / t`` from 1e-2 to 1e3 (Gaussian, 1e3 spike, 6-decade spectrum). With fewer
-fp32 steps the bf16 steps rotate the singular vectors of ``O`` and of the signs (their sizes are restored
-by the later steps, the directions are not), which the clip inherits.
-"""
+# The spread of the eigenvalues of ``t I - A`` grows only linearly with ``s_max / t`` (working with
+# ``t^2 I - X X^T`` would square it). In the sandwich ``P (t I - A) P`` a sign error ``E`` costs
+# ``E (t I - A) P`` (norm ``<= t``) and ``E (t I - A) E`` (second order), and near the threshold it is
+# weighted by ``|s - t|``. The identity form ``(t I - A + (t I - A) sign(t I - A)) / 2`` cost
+# ``E (t I - A)`` (norm ``~ s_max``) instead, which grew with ``s_max / t`` (measured at ``s_max / t = 1e3``:
+# fp32 3e-4..4e-4 -> 4e-5; bf16 2..7 -> <= 1e-2 together with the bf16 settings below). Step 3 runs on
+# ``A / sc`` with ``sc = max(t, ||X||_F)``
+# so every term is bounded by 1. A threshold ``hi >= ||X||_F`` returns
+# ``X`` itself (no rounding), selected with ``torch.where`` (no host sync). Cost: one ``m x n`` polar factor,
+# two ``m x m x n`` products, one batched ``m x m`` sign and two ``m x m`` products per threshold (measured
+# 24x cheaper than the dilation at 256x1024 on CPU, with the same or better accuracy).
+#
+# Singular values below ``~1e-6 s_max`` (including the rounding-level ones of a numerically rank-deficient
+# fp32 matrix) are only partly resolved by ``O``: exactly zero singular values (zero rows/columns) stay 0
+# (their direction is undefined), tiny ones with ``lo > 0`` are raised only partly, to a value in ``[0, lo]``.
+# The ``"exact"`` SVD route maps every one of the ``min(m, n)`` singular values, zeros included, into
+# ``[lo, hi]``.
+#
+# Far beyond the specified range the fp32 error stays small: measured at 64x192 for ``s_max / t`` = 1e3, 1e4,
+# 1e5, 1e6, 1e8: Gaussian 3.6e-6 .. 4.2e-5, a 1e3 spike 2e-5 .. 4e-5, a spectrum over 6 decades 3.7e-5, 2.3e-4,
+# 1.3e-3, 4.2e-3, 4.2e-3 (the dilation: 7e-4 .. 7e-2). The output stays finite for any threshold.
+#
+# ``method="dilation"``: Higham's trick. With ``H = [[I, X/t], [X^T/t, I]]`` (eigenvalues ``1 +- s_i / t``
+# and 1), ``msign(H) = [[P, Q], [Q^T, R]]`` has ``P = sum_{s_i < t} u_i u_i^T`` and
+# ``Q = sum_{s_i > t} u_i v_i^T``, so ``hardcap_t(X) = t Q + P X``; ``spectral_clip = hardcap_hi + lo msign -
+# hardcap_lo``. One ``(m + n)``-sized polar factor: 20-40x the cost, and ``P X`` carries a first-order sign
+# error ``~ l s_max``, so it is less accurate than the default for ``s_max / t >~ 1e3``.
+#
+# ``method="nested"``: ``hardcap_t(X) = (t O + X - (t O - X) msign(t O - X)^T O) / 2`` with ``O = msign(X)``,
+# two sequential ``m x n`` polar factors, numerically unstable when ``s_max / t`` is large (it fails from ~100
+# in bf16): documented, not default.
+#
+# bf16 (``dtype=torch.bfloat16``): the sign iterations run in fp32 until their tracked lower bound reaches
+# ``polar.CLIP_BF16_SWITCH`` (7 of 12 steps), the rest in bf16, and the eigen-signs are symmetrised: relative error
+# <= 1e-2 measured for ``s_max / t`` from 1e-2 to 1e3 (Gaussian, 1e3 spike, 6-decade spectrum). With fewer
+# fp32 steps the bf16 steps rotate the singular vectors of ``O`` and of the signs (their sizes are restored
+# by the later steps, the directions are not), which the clip inherits.
 
 from __future__ import annotations
 

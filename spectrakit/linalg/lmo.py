@@ -14,62 +14,61 @@ frobenius      ``b/2 ||X||_F^2``                       ``min(s / b, D)``  (SPECT
 nuclear        ``b sum_i s_i(X)``                      ``0`` if ``s <= b``, ``D`` if ``s > b``
 schatten       ``b/p sum_i s_i(X)^p`` (``p > 1``)      ``min((s / b)^(1/(p-1)), D)``
 entropy        ``b sum_i (s_i log s_i - s_i)``         ``min(exp(s / b), D) = exp(min(s/b, log D))``
-=============  ======================================  =========================================
+=============  ======================================  ========================================="""
 
-``method="gram"`` (the default on CPU for inputs that autograd does not track) is a matrix function of the
-Gram matrix: ``X* = -W G`` with ``W = Q diag(s*(s)/s) Q^T`` from a float64 ``eigh`` of ``A = G G^T = Q diag(s^2)
-Q^T`` (``m x m``, wide orientation), see :mod:`spectrakit.linalg.lmo_gram`: float64 accuracy for every
-singular value above ``~2e-6 s_max``, 0 below (the null space), any Schatten ``p > 1``, no full-size
-temporary in its in-place form :func:`spectral_lmo_`.
-
-``method="polar"`` (the default on CUDA, where ``eigh`` blocks the device, and under autograd) works on the
-polar core of :mod:`spectrakit.linalg.hard_clip`: in the wide
-orientation, ``O = msign(G) = U V^T`` and the symmetric absolute value ``A = sym(G O^T) = U diag(s) U^T``
-(``m x m``), then ``X* = -f(A) O`` with the scalar map ``f`` built from eigen-sign sandwiches and matmuls:
-
-- frobenius: ``min(A, bD) / b``, i.e. :func:`~spectrakit.linalg.spectral_hardcap` at ``bD``, divided by ``b``;
-- nuclear: ``D P`` with the spectral projector ``P = (I - sign(bI - A)) / 2`` onto ``{s > b}``. The step is
-  resolved by the sign iteration (relative lower bound 1e-6 of ``||A||_F``): a singular value within
-  ``~1e-6 max(||G||_F, b)`` of ``b`` gets a value between 0 and ``D`` (exactly ``D/2`` at ``s = b``, the
-  midpoint of the optimal set ``[0, D]``: at ``s = b`` the objective is flat in that direction); the
-  ``"exact"`` route returns 0 there (the paper's case ``s <= b``);
-- schatten: ``D (tau/t)^q M^q`` with ``M = min(A, t) / tau``, ``t = b D^(p-1)`` (the clip by a sandwich),
-  ``tau = min(t, ||G||_F)`` (so ``M`` is not uniformly tiny when ``t >> s_max``) and
-  ``q = 1/(p-1)``: the integer part of ``q`` by matmuls, the fractional part by repeated square roots
-  ``M^(1/2)``, ``M^(1/4)``, ... (so ``q`` must be a multiple of ``1/16``: ``p = 3, 5, 9, 17, 1.5, 2, 4/3+...``
-  e.g. ``p = 3 -> q = 1/2``; other ``p`` raise ``ValueError`` on this route, use ``method="exact"``). The
-  square root runs the Polar Express schedule of the sign iteration on ``w = sqrt(lambda)`` in coupled form
-  without ever forming ``sqrt(M)`` first: with ``w <- w h(w^2)``, ``h(u) = a + b u + c u^2``, the matrices
-  ``X = w^2`` and ``Y = sqrt(M) w`` follow ``Y <- Y h(X)``, ``X <- X h(X)^2`` from ``X = Y = M``, and
-  ``Y -> sqrt(M)`` as ``w -> 1`` (eigenvalues of ``M`` below ``1e-8`` are only partly resolved, an absolute
-  error below ``1e-4``);
-- entropy: ``exp(N)`` with ``N = min(A, b log D) / b`` (a sandwich), by scaling and squaring of a degree-12
-  Taylor polynomial of ``exp(N - (log D / 2) I)`` (the number of squarings is fixed on the host from ``b``
-  and ``D``, no data-dependent branch); for ``D <= 1``, ``s* = D`` for every ``s`` and ``X* = -D O``.
-
-Zero singular values (rank-deficient ``G``, ``r = rank(G) < min(m, n)``): for frobenius, nuclear and schatten
-``s*(0) = 0``, so the zero directions do not matter. For entropy ``s*(0) = min(1, D) > 0``, and any
-orthonormal pairs spanning the left and right null spaces of ``G`` give a minimiser (the minimiser is not
-unique). The ``"exact"`` route uses the pairs of ``torch.linalg.svd`` (the thin SVD's completion,
-``min(m, n)`` pairs); the ``"polar"`` route uses the range of ``G`` only (``O`` is 0 on its null space), so it
-returns the minimiser over matrices whose row and column spaces lie in those of ``G``: the zero directions get
-0. The same holds for singular values below ``~1e-6 s_max`` (only partly resolved by ``O``).
-
-Accuracy of the Gram route (tested against a float64 SVD): relative error <= 1e-4 in fp32 (measured
-<= 1.5e-5), <= 1e-6 in fp64, on Gaussian, spiked and 4-decade spectra, rank-deficient, tiny and huge inputs,
-bf16 inputs (the output's rounding, <= 5e-3). Accuracy of the polar route: relative Frobenius error
-<= 1e-3 in fp32 wherever no singular value
-lies within 2.5% of ``b`` (nuclear) and the spectrum spans at most 4 decades (``s_min >= 1e-4 s_max``), for
-``b`` from 1e-3 to 10 and ``D`` from 0.5 to 100 (measured 3e-6 .. 6e-4); bf16 (``dtype=torch.bfloat16``: the
-sign iterations as in :func:`~spectrakit.linalg.spectral_clip`, the rest in fp32): <= 3e-2 (measured
-5e-3 .. 8e-3). Beyond that the polar factor resolves singular values below ``~1e-6 s_max`` only partly, which
-the maps that amplify small values inherit: measured on a spectrum over 6 decades (fp32) 1.5e-2 for
-Schatten-9 (``s^(1/8)``), 2.8e-3 for entropy with ``D = 1``, <= 5e-4 otherwise; a square Gaussian matrix
-plus a 1e3 spike (its smallest singular values near ``1e-6 s_max``): <= 2e-2 for Schatten-5/9 and up to
-8e-2 for entropy with ``D <= 1`` (there ``X* = -D msign(G)``, so every unresolved singular value counts).
-No host synchronisation on the ``"polar"`` route (``b``, ``radius`` and ``p`` are Python numbers); the ``"gram"``
-route reads no tensor value either, but LAPACK's ``eigh`` checks its status on the host (free on a CPU).
-"""
+# ``method="gram"`` (the default on CPU for inputs that autograd does not track) is a matrix function of the
+# Gram matrix: ``X* = -W G`` with ``W = Q diag(s*(s)/s) Q^T`` from a float64 ``eigh`` of ``A = G G^T = Q diag(s^2)
+# Q^T`` (``m x m``, wide orientation), see :mod:`spectrakit.linalg.lmo_gram`: float64 accuracy for every
+# singular value above ``~2e-6 s_max``, 0 below (the null space), any Schatten ``p > 1``, no full-size
+# temporary in its in-place form :func:`spectral_lmo_`.
+#
+# ``method="polar"`` (the default on CUDA, where ``eigh`` blocks the device, and under autograd) works on the
+# polar core of :mod:`spectrakit.linalg.hard_clip`: in the wide
+# orientation, ``O = msign(G) = U V^T`` and the symmetric absolute value ``A = sym(G O^T) = U diag(s) U^T``
+# (``m x m``), then ``X* = -f(A) O`` with the scalar map ``f`` built from eigen-sign sandwiches and matmuls:
+#
+# - frobenius: ``min(A, bD) / b``, i.e. :func:`~spectrakit.linalg.spectral_hardcap` at ``bD``, divided by ``b``;
+# - nuclear: ``D P`` with the spectral projector ``P = (I - sign(bI - A)) / 2`` onto ``{s > b}``. The step is
+#   resolved by the sign iteration (relative lower bound 1e-6 of ``||A||_F``): a singular value within
+#   ``~1e-6 max(||G||_F, b)`` of ``b`` gets a value between 0 and ``D`` (exactly ``D/2`` at ``s = b``, the
+#   midpoint of the optimal set ``[0, D]``: at ``s = b`` the objective is flat in that direction); the
+#   ``"exact"`` route returns 0 there (the paper's case ``s <= b``);
+# - schatten: ``D (tau/t)^q M^q`` with ``M = min(A, t) / tau``, ``t = b D^(p-1)`` (the clip by a sandwich),
+#   ``tau = min(t, ||G||_F)`` (so ``M`` is not uniformly tiny when ``t >> s_max``) and
+#   ``q = 1/(p-1)``: the integer part of ``q`` by matmuls, the fractional part by repeated square roots
+#   ``M^(1/2)``, ``M^(1/4)``, ... (so ``q`` must be a multiple of ``1/16``: ``p = 3, 5, 9, 17, 1.5, 2, 4/3+...``
+#   e.g. ``p = 3 -> q = 1/2``; other ``p`` raise ``ValueError`` on this route, use ``method="exact"``). The
+#   square root runs the Polar Express schedule of the sign iteration on ``w = sqrt(lambda)`` in coupled form
+#   without ever forming ``sqrt(M)`` first: with ``w <- w h(w^2)``, ``h(u) = a + b u + c u^2``, the matrices
+#   ``X = w^2`` and ``Y = sqrt(M) w`` follow ``Y <- Y h(X)``, ``X <- X h(X)^2`` from ``X = Y = M``, and
+#   ``Y -> sqrt(M)`` as ``w -> 1`` (eigenvalues of ``M`` below ``1e-8`` are only partly resolved, an absolute
+#   error below ``1e-4``);
+# - entropy: ``exp(N)`` with ``N = min(A, b log D) / b`` (a sandwich), by scaling and squaring of a degree-12
+#   Taylor polynomial of ``exp(N - (log D / 2) I)`` (the number of squarings is fixed on the host from ``b``
+#   and ``D``, no data-dependent branch); for ``D <= 1``, ``s* = D`` for every ``s`` and ``X* = -D O``.
+#
+# Zero singular values (rank-deficient ``G``, ``r = rank(G) < min(m, n)``): for frobenius, nuclear and schatten
+# ``s*(0) = 0``, so the zero directions do not matter. For entropy ``s*(0) = min(1, D) > 0``, and any
+# orthonormal pairs spanning the left and right null spaces of ``G`` give a minimiser (the minimiser is not
+# unique). The ``"exact"`` route uses the pairs of ``torch.linalg.svd`` (the thin SVD's completion,
+# ``min(m, n)`` pairs); the ``"polar"`` route uses the range of ``G`` only (``O`` is 0 on its null space), so it
+# returns the minimiser over matrices whose row and column spaces lie in those of ``G``: the zero directions get
+# 0. The same holds for singular values below ``~1e-6 s_max`` (only partly resolved by ``O``).
+#
+# Accuracy of the Gram route (tested against a float64 SVD): relative error <= 1e-4 in fp32 (measured
+# <= 1.5e-5), <= 1e-6 in fp64, on Gaussian, spiked and 4-decade spectra, rank-deficient, tiny and huge inputs,
+# bf16 inputs (the output's rounding, <= 5e-3). Accuracy of the polar route: relative Frobenius error
+# <= 1e-3 in fp32 wherever no singular value
+# lies within 2.5% of ``b`` (nuclear) and the spectrum spans at most 4 decades (``s_min >= 1e-4 s_max``), for
+# ``b`` from 1e-3 to 10 and ``D`` from 0.5 to 100 (measured 3e-6 .. 6e-4); bf16 (``dtype=torch.bfloat16``: the
+# sign iterations as in :func:`~spectrakit.linalg.spectral_clip`, the rest in fp32): <= 3e-2 (measured
+# 5e-3 .. 8e-3). Beyond that the polar factor resolves singular values below ``~1e-6 s_max`` only partly, which
+# the maps that amplify small values inherit: measured on a spectrum over 6 decades (fp32) 1.5e-2 for
+# Schatten-9 (``s^(1/8)``), 2.8e-3 for entropy with ``D = 1``, <= 5e-4 otherwise; a square Gaussian matrix
+# plus a 1e3 spike (its smallest singular values near ``1e-6 s_max``): <= 2e-2 for Schatten-5/9 and up to
+# 8e-2 for entropy with ``D <= 1`` (there ``X* = -D msign(G)``, so every unresolved singular value counts).
+# No host synchronisation on the ``"polar"`` route (``b``, ``radius`` and ``p`` are Python numbers); the ``"gram"``
+# route reads no tensor value either, but LAPACK's ``eigh`` checks its status on the host (free on a CPU).
 
 from __future__ import annotations
 

@@ -12,19 +12,18 @@ multiplies ``W G`` in float64 (one more product), block by block along the long 
 the work tensor: extra memory is ``A`` plus ``m^2`` float64 for the eigenvectors of LAPACK's ``dsyevr`` on
 CPU (elsewhere ``2 m^2`` of divide-and-conquer workspace), or one ``m x m`` product, or two blocks, never a
 full-size temporary. The input is scaled by a power of two near
-``max|G|`` first (exact), so no norm overflows in any dtype.
+``max|G|`` first (exact), so no norm overflows in any dtype."""
 
-Singular values are read off as ``sqrt(lambda)``: eigenvalues below ``RESOLVE m eps_64 lambda_max`` are not
-resolved (``w = 0``: a rank-deficient ``G``'s null space maps to 0, as on the polar route), and those just
-above it are off by up to ~1/16. A matrix where that matters (:func:`_needs_svd`) takes an SVD of ``Q^T G``
-accurate to ``eps_64 s_max`` absolute (:func:`_svd_weights`), so ``s*(s) <= D`` holds for every input and
-entropy or Schatten maps see the directions below the cut-off. A non-finite input matrix gives a non-finite
-output (its ``A`` is replaced by 0 before ``eigh``, whose LAPACK call would fail on it).
-
-On CPU the SVD is chosen per matrix from CPU values; elsewhere every matrix takes it (no value is read), but
-``torch.linalg.eigh`` itself synchronises CUDA devices with the host, so this route is the default on CPU
-only (:data:`GRAM_DEVICE_TYPES`).
-"""
+# Singular values are read off as ``sqrt(lambda)``: eigenvalues below ``RESOLVE m eps_64 lambda_max`` are not
+# resolved (``w = 0``: a rank-deficient ``G``'s null space maps to 0, as on the polar route), and those just
+# above it are off by up to ~1/16. A matrix where that matters (:func:`_needs_svd`) takes an SVD of ``Q^T G``
+# accurate to ``eps_64 s_max`` absolute (:func:`_svd_weights`), so ``s*(s) <= D`` holds for every input and
+# entropy or Schatten maps see the directions below the cut-off. A non-finite input matrix gives a non-finite
+# output (its ``A`` is replaced by 0 before ``eigh``, whose LAPACK call would fail on it).
+#
+# On CPU the SVD is chosen per matrix from CPU values; elsewhere every matrix takes it (no value is read), but
+# ``torch.linalg.eigh`` itself synchronises CUDA devices with the host, so this route is the default on CPU
+# only (:data:`GRAM_DEVICE_TYPES`).
 
 from __future__ import annotations
 

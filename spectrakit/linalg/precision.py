@@ -13,12 +13,11 @@ a bf16 compute dtype there only slows the step down.
    asked), ``0``/``false``/``off`` (never), ``auto`` or unset (detect);
 3. detection: CUDA: ``torch.cuda.get_device_capability(device) >= (8, 0)``; CPU: the ``amx_bf16`` flag in
    ``/proc/cpuinfo`` (Linux; other systems: not detected, use the override); other devices: True (no
-   fallback where nothing is known).
+   fallback where nothing is known)."""
 
-The answer is computed on the host (no tensor values are read): safe in hot paths. Under
-``torch.compile`` it is a constant of the compiled graph (taken when the graph is compiled; an override
-set later applies after ``torch._dynamo.reset()``), so it adds no graph break.
-"""
+# The answer is computed on the host (no tensor values are read): safe in hot paths. Under
+# ``torch.compile`` it is a constant of the compiled graph (taken when the graph is compiled; an override
+# set later applies after ``torch._dynamo.reset()``), so it adds no graph break.
 
 from __future__ import annotations
 

@@ -2,30 +2,29 @@
 
 Every singular value maps through ``h_c(s) = s / sqrt(1 + s^2/c^2)`` (slope 1 at 0, saturates at c).
 
-Three methods:
+Three methods:"""
 
-- ``"polar"`` (default): ``H_c(X) = c * msign(B)[:n]^T`` with the stacked tall matrix
-  ``B = [X^T ; c I_m]``, whose singular values ``sqrt(s^2 + c^2)`` are bounded below by ``c``: the ratio
-  ``l = c / sqrt(s_up^2 + c^2)`` is known per matrix, and a Polar-Express schedule designed for the
-  grid point just below ``l`` is gathered on the device (no host sync). The first steps iterate on the
-  tall matrix itself (``B <- B p(B^T B)``, recomputing the Gram matrix from ``B`` so its errors are
-  multiplied by ``B`` and small singular values keep their relative accuracy); once the condition
-  number has dropped (``l >~ 0.03``), the remaining steps run on the ``m x m`` Gram matrix only.
-  Safety beyond the accurate range: the last polynomial of every grid schedule is divided by
-  the schedule's tracked maximum ``hi_final`` (up to 1.85 when the iteration has not converged, else
-  ``1 + ~1e-6``), so output singular values never exceed ``min(s, c)`` in exact arithmetic (observed:
-  ``<= c (1 + 1e-4)`` in fp32, ``(1 + 1.1e-2)`` in bf16, up to ``sigma_max/c = 1e30``); beyond the range
-  the result under-shoots. Grid points whose lower bound after the tall steps is below the Gram phase's
-  resolution get the Gram matrix shifted by ``delta I`` (a contraction, see ``GRAM_SHIFT``); bf16 never
-  uses the Gram phase; thresholds beyond the fp32 range are clamped to ``1e4 ||X||_F`` (no change).
-  ``tall_steps=0``: the fast Gram-only variant, every step on the fp32 ``m x m`` Gram matrix
-  ``X X^T + c^2 I`` (``FAST_STEPS`` = 6 steps, ``4 m^2 n + 42 m^3`` FLOPs, below the paper's Newton-Schulz),
-  accurate to 1e-3 for ``sigma_max/c <= FAST_MAX_RATIO`` (300), a safe under-shoot beyond.
-- ``"newton_schulz"``: the paper's Algorithm 1 + Algorithm 3 (coupled Newton–Schulz inverse square
-  root, 10 steps), kept as the reference baseline, without early exit as in the authors' code;
-  ``"newton_schulz_early_exit"`` adds Algorithm 1's ``if s_max <= c: return X`` (a ``torch.where``).
-- ``"exact"``: float64 SVD.
-"""
+# - ``"polar"`` (default): ``H_c(X) = c * msign(B)[:n]^T`` with the stacked tall matrix
+#   ``B = [X^T ; c I_m]``, whose singular values ``sqrt(s^2 + c^2)`` are bounded below by ``c``: the ratio
+#   ``l = c / sqrt(s_up^2 + c^2)`` is known per matrix, and a Polar-Express schedule designed for the
+#   grid point just below ``l`` is gathered on the device (no host sync). The first steps iterate on the
+#   tall matrix itself (``B <- B p(B^T B)``, recomputing the Gram matrix from ``B`` so its errors are
+#   multiplied by ``B`` and small singular values keep their relative accuracy); once the condition
+#   number has dropped (``l >~ 0.03``), the remaining steps run on the ``m x m`` Gram matrix only.
+#   Safety beyond the accurate range: the last polynomial of every grid schedule is divided by
+#   the schedule's tracked maximum ``hi_final`` (up to 1.85 when the iteration has not converged, else
+#   ``1 + ~1e-6``), so output singular values never exceed ``min(s, c)`` in exact arithmetic (observed:
+#   ``<= c (1 + 1e-4)`` in fp32, ``(1 + 1.1e-2)`` in bf16, up to ``sigma_max/c = 1e30``); beyond the range
+#   the result under-shoots. Grid points whose lower bound after the tall steps is below the Gram phase's
+#   resolution get the Gram matrix shifted by ``delta I`` (a contraction, see ``GRAM_SHIFT``); bf16 never
+#   uses the Gram phase; thresholds beyond the fp32 range are clamped to ``1e4 ||X||_F`` (no change).
+#   ``tall_steps=0``: the fast Gram-only variant, every step on the fp32 ``m x m`` Gram matrix
+#   ``X X^T + c^2 I`` (``FAST_STEPS`` = 6 steps, ``4 m^2 n + 42 m^3`` FLOPs, below the paper's Newton-Schulz),
+#   accurate to 1e-3 for ``sigma_max/c <= FAST_MAX_RATIO`` (300), a safe under-shoot beyond.
+# - ``"newton_schulz"``: the paper's Algorithm 1 + Algorithm 3 (coupled Newton–Schulz inverse square
+#   root, 10 steps), kept as the reference baseline, without early exit as in the authors' code;
+#   ``"newton_schulz_early_exit"`` adds Algorithm 1's ``if s_max <= c: return X`` (a ``torch.where``).
+# - ``"exact"``: float64 SVD.
 
 from __future__ import annotations
 

@@ -12,19 +12,18 @@ approximates
 
       A_{k+1} = proj_ball(A_k - tau (G + Y_k))
       Z       = Y_k + sigma (2 A_{k+1} - A_k)
-      Y_{k+1} = Z - proj_T(Z)                  # prox of sigma i_T^*: projection onto the polar cone
+      Y_{k+1} = Z - proj_T(Z)                  # prox of sigma i_T^*: projection onto the polar cone"""
 
-  with ``tau sigma < 1``, warm-started by one alternating step (``A_0``, and ``Y_0 = -G - proj_T(-G)``, the
-  polar-cone part of ``-G``, which makes ``A_0`` the PDHG fixed-point candidate);
-- :func:`dual_ascent`: projected supergradient ascent on the dual variables ``S_f`` of the face constraints
-  (Appendix A1.2): ``A = -LMO(G + sum_f L_f^*(S_f))``, ``S_f <- proj_{K_f}(S_f + sigma_k L_f(A))`` with
-  ``K_f`` the NSD cone for a lower face and the PSD cone for an upper face, ``sigma_k = sigma_0 / sqrt(k+1)``,
-  initialised at ``S_f = proj_{K_f}(L_f(-G))`` (equal to one alternating step).
-
-All dualizers run a fixed number of iterations on the whole batch; ``rtol > 0`` freezes the entries whose
-relative change fell below ``rtol`` (``torch.where``, no host synchronisation). Value checks are switched off
-inside the loops (:func:`spectrakit._checks.no_value_checks`).
-"""
+#   with ``tau sigma < 1``, warm-started by one alternating step (``A_0``, and ``Y_0 = -G - proj_T(-G)``, the
+#   polar-cone part of ``-G``, which makes ``A_0`` the PDHG fixed-point candidate);
+# - :func:`dual_ascent`: projected supergradient ascent on the dual variables ``S_f`` of the face constraints
+#   (Appendix A1.2): ``A = -LMO(G + sum_f L_f^*(S_f))``, ``S_f <- proj_{K_f}(S_f + sigma_k L_f(A))`` with
+#   ``K_f`` the NSD cone for a lower face and the PSD cone for an upper face, ``sigma_k = sigma_0 / sqrt(k+1)``,
+#   initialised at ``S_f = proj_{K_f}(L_f(-G))`` (equal to one alternating step).
+#
+# All dualizers run a fixed number of iterations on the whole batch; ``rtol > 0`` freezes the entries whose
+# relative change fell below ``rtol`` (``torch.where``, no host synchronisation). Value checks are switched off
+# inside the loops (:func:`spectrakit._checks.no_value_checks`).
 
 from __future__ import annotations
 

@@ -9,24 +9,23 @@ A base direction is a small stateless object with
   work tensors ``w.u`` (one per parameter, a :class:`Work`), updates the states and overwrites ``w.u``
   with the directions, multiplied by ``scale`` (None or a 0-d tensor) as the very last operation when
   given (the optimizer passes ``-lr alpha ok`` for an identity post-transform; a base that ends with a
-  copy writes the scaled copy in one pass).
+  copy writes the scaled copy in one pass)."""
 
-``ok`` is a 0-d tensor (work dtype), 1 for a normal step and 0 for a skipped one (non-finite gradients): every
-state update is written as ``buf <- buf + ok * w * (new - buf)`` so a skipped step leaves the states
-(and ``step``) exactly unchanged without a Python branch on a tensor value. ``w.mul_(f)``/``w.add_(f)``
-multiply/shift ``u[i]`` by ``f[i]`` for a ``(B,)`` (or 0-d) tensor ``f`` (one kernel on a stacked batch).
-The element-wise loops are ``torch._foreach_*`` calls over the members of one batch or single kernels on
-the whole work tensor, except on CPU (``w.per_tensor``), where ``torch._foreach_*`` is a loop over the
-tensors anyway: there the bases with ``chains = True`` (AdamW, Signum, SGD, Lion) run their whole pipeline
-tensor by tensor with ``out=`` kernels (e.g. ``u <- sqrt(v)`` in one pass instead of copy + sqrt), taking
-over the optimizer's gradient copy and, for an identity post-transform, the parameter update (see
-:class:`Work`), so each tensor stays in cache. Every path performs the same floating-point operations in
-the same order per element, so the result is bit-identical across paths and batchings (tested against the
-multi-tensor path in tests/optim/test_step_paths.py).
-
-Decoupled weight decay and the learning rate are not part of the direction: the optimizer applies
-``p <- (1 - lr wd) p - lr * alpha * post(U)``.
-"""
+# ``ok`` is a 0-d tensor (work dtype), 1 for a normal step and 0 for a skipped one (non-finite gradients): every
+# state update is written as ``buf <- buf + ok * w * (new - buf)`` so a skipped step leaves the states
+# (and ``step``) exactly unchanged without a Python branch on a tensor value. ``w.mul_(f)``/``w.add_(f)``
+# multiply/shift ``u[i]`` by ``f[i]`` for a ``(B,)`` (or 0-d) tensor ``f`` (one kernel on a stacked batch).
+# The element-wise loops are ``torch._foreach_*`` calls over the members of one batch or single kernels on
+# the whole work tensor, except on CPU (``w.per_tensor``), where ``torch._foreach_*`` is a loop over the
+# tensors anyway: there the bases with ``chains = True`` (AdamW, Signum, SGD, Lion) run their whole pipeline
+# tensor by tensor with ``out=`` kernels (e.g. ``u <- sqrt(v)`` in one pass instead of copy + sqrt), taking
+# over the optimizer's gradient copy and, for an identity post-transform, the parameter update (see
+# :class:`Work`), so each tensor stays in cache. Every path performs the same floating-point operations in
+# the same order per element, so the result is bit-identical across paths and batchings (tested against the
+# multi-tensor path in tests/optim/test_step_paths.py).
+#
+# Decoupled weight decay and the learning rate are not part of the direction: the optimizer applies
+# ``p <- (1 - lr wd) p - lr * alpha * post(U)``.
 
 from __future__ import annotations
 

@@ -14,34 +14,33 @@ kernel launches, also far fewer launches). The skip of a step with a non-finite 
 AdamW's step counters are advanced by ``ok``); no value is read in Python. An eager step of CPU tensors, whose flag a
 read costs nothing, decides on the host instead (``Spectra._flags_on_host``): a taken step calls the kernel without
 ``found_inf``, a skipped one calls nothing (what ``found_inf`` does). SGD's decoupled weight decay
-``(1 - lr wd ok) p`` is one multiplication before the kernel (torch's SGD decay is coupled).
+``(1 - lr wd ok) p`` is one multiplication before the kernel (torch's SGD decay is coupled)."""
 
-The kernel walks the tensors in reverse order: the non-finite check has just read the gradients in order, so the
-last ones are still in the cache when the kernel reads them again (each tensor's update is independent of the
-others: same numbers in any order).
-
-Under ``torch.compile`` the same step is one call of an operator (``spectrakit::fused_adamw_step_`` /
-``spectrakit::fused_sgd_step_``, defined with :class:`torch.library.Library`, its schema declaring the parameters,
-states and step counters mutated): dynamo traces it without a graph break (torch's own fused optimizers run outside
-the graph, and the bare ``torch._fused_adamw_`` cannot be functionalized), inductor calls it in place, and the
-compiled step computes what the eager one does, bit for bit.
-
-The route is taken only where it gives torch's numbers with this optimizer's state layout: tensors on one CPU or
-CUDA device, dense and contiguous, float32 parameters (float64 too on the CPU; torch's CUDA kernels read the step
-counters as float32, which are float64 here for float64 parameters) with gradients and states of the same dtype, a
-Python-number ``lr`` or a 0-d tensor on the CPU or (float32) on the parameters' device (the kernel's tensor-``lr``
-form, as ``torch.optim.AdamW(fused=True, lr=tensor)``: a compiled step then does not recompile when a scheduler
-changes it in place; a non-finite or negative value skips the step through the same ``found_inf``).
-
-A Python-number ``lr`` enters a traced step as a tensor (:func:`number_tensor`: a scheduler's new value each step is
-then an input of the graph, not a recompile): on the CPU a float64 CPU tensor, which the kernel reads as the same
-double (the compiled step equals the eager one bit for bit); on CUDA a float32 tensor on the device
-(:func:`device_lr`), the kernel's device form, since a CPU tensor made in the traced step would be its only CPU
-code, which inductor compiles with a C++ compiler after probing the host's vector instruction sets (~45 s of an
-H100's cold first compile). The compiled CUDA step so computes with ``lr`` rounded to float32 (a relative change
-of at most 2^-24 in the step size): the numbers of ``torch.optim.AdamW(fused=True)`` given that lr as a device
-tensor, bit for bit, and within one rounding of the parameter of the eager step with the Python number.
-"""
+# The kernel walks the tensors in reverse order: the non-finite check has just read the gradients in order, so the
+# last ones are still in the cache when the kernel reads them again (each tensor's update is independent of the
+# others: same numbers in any order).
+#
+# Under ``torch.compile`` the same step is one call of an operator (``spectrakit::fused_adamw_step_`` /
+# ``spectrakit::fused_sgd_step_``, defined with :class:`torch.library.Library`, its schema declaring the parameters,
+# states and step counters mutated): dynamo traces it without a graph break (torch's own fused optimizers run outside
+# the graph, and the bare ``torch._fused_adamw_`` cannot be functionalized), inductor calls it in place, and the
+# compiled step computes what the eager one does, bit for bit.
+#
+# The route is taken only where it gives torch's numbers with this optimizer's state layout: tensors on one CPU or
+# CUDA device, dense and contiguous, float32 parameters (float64 too on the CPU; torch's CUDA kernels read the step
+# counters as float32, which are float64 here for float64 parameters) with gradients and states of the same dtype, a
+# Python-number ``lr`` or a 0-d tensor on the CPU or (float32) on the parameters' device (the kernel's tensor-``lr``
+# form, as ``torch.optim.AdamW(fused=True, lr=tensor)``: a compiled step then does not recompile when a scheduler
+# changes it in place; a non-finite or negative value skips the step through the same ``found_inf``).
+#
+# A Python-number ``lr`` enters a traced step as a tensor (:func:`number_tensor`: a scheduler's new value each step is
+# then an input of the graph, not a recompile): on the CPU a float64 CPU tensor, which the kernel reads as the same
+# double (the compiled step equals the eager one bit for bit); on CUDA a float32 tensor on the device
+# (:func:`device_lr`), the kernel's device form, since a CPU tensor made in the traced step would be its only CPU
+# code, which inductor compiles with a C++ compiler after probing the host's vector instruction sets (~45 s of an
+# H100's cold first compile). The compiled CUDA step so computes with ``lr`` rounded to float32 (a relative change
+# of at most 2^-24 in the step size): the numbers of ``torch.optim.AdamW(fused=True)`` given that lr as a device
+# tensor, bit for bit, and within one rounding of the parameter of the eager step with the Python number.
 
 from __future__ import annotations
 

@@ -16,21 +16,20 @@ Each of ``embeddings``, ``head`` and ``vectors`` is routed by an option:
 ``alpha = max(1, sqrt(m/n))``), ``"adamw"`` (a side group ``base="adamw", post="none", scale="none"``
 updated by plain AdamW inside a spectrakit optimizer; ``scale="none"`` matters: without it the group would
 inherit Muon's ``scale="muon"`` and scale the AdamW step of a ``(vocab, d)`` table by ``sqrt(vocab/d)``)
-or a dict of group options (its own group, e.g. ``{"scale": 0.25}``).
+or a dict of group options (its own group, e.g. ``{"scale": 0.25}``)."""
 
-Weights stored transposed, ``(in, out)`` instead of ``(out, in)``: the ``Conv1D`` of Hugging Face GPT-2 (a
-module class named ``Conv1D`` with ``nf`` outputs, ``nx`` inputs and weight ``(nx, nf)``) and the ``weight``
-of any module with the attribute ``spectrakit_transposed = True``. The spectral maps are orientation-free
-(``f(W^T) = f(W)^T`` for the soft clip, ``msign``, the hard clip), the update scale is not:
-``alpha = max(1, sqrt(m/n))`` must use the true ``(m, n) = (out, in)``. Such weights get their own groups with
-the numeric ``scale`` of their true shape (one group per value) when the optimizer's scale is
-``"spectra"``/``"muon"``/``"auto"``; the symmetric ``"moonlight"`` and ``"none"`` need nothing (pass
-``optimizer=DMuon`` for D-Muon).
-The defaults follow the reference code of SPECTRA (Jiang, Semenov and Stich 2026): every ``>= 2``-D
-parameter, the untied embedding and head included, gets the spectral update and weight decay; 1-D
-parameters get no weight decay. For Muon and D-Muon (Jordan et al. 2024; Liu et al. 2025), which are meant
-for hidden matrices, the embedding, head and 1-D parameters default to the AdamW side groups.
-"""
+# Weights stored transposed, ``(in, out)`` instead of ``(out, in)``: the ``Conv1D`` of Hugging Face GPT-2 (a
+# module class named ``Conv1D`` with ``nf`` outputs, ``nx`` inputs and weight ``(nx, nf)``) and the ``weight``
+# of any module with the attribute ``spectrakit_transposed = True``. The spectral maps are orientation-free
+# (``f(W^T) = f(W)^T`` for the soft clip, ``msign``, the hard clip), the update scale is not:
+# ``alpha = max(1, sqrt(m/n))`` must use the true ``(m, n) = (out, in)``. Such weights get their own groups with
+# the numeric ``scale`` of their true shape (one group per value) when the optimizer's scale is
+# ``"spectra"``/``"muon"``/``"auto"``; the symmetric ``"moonlight"`` and ``"none"`` need nothing (pass
+# ``optimizer=DMuon`` for D-Muon).
+# The defaults follow the reference code of SPECTRA (Jiang, Semenov and Stich 2026): every ``>= 2``-D
+# parameter, the untied embedding and head included, gets the spectral update and weight decay; 1-D
+# parameters get no weight decay. For Muon and D-Muon (Jordan et al. 2024; Liu et al. 2025), which are meant
+# for hidden matrices, the embedding, head and 1-D parameters default to the AdamW side groups.
 
 from __future__ import annotations
 

@@ -1,56 +1,55 @@
-"""The matrix post-/pre-transforms as one opaque operator call per batch in a ``torch.compile``-d step.
+"""The matrix post-/pre-transforms as one opaque operator call per batch in a ``torch.compile``-d step."""
 
-Traced by ``torch.compile``, a transform of :data:`~spectrakit.optim.transforms.POST_TRANSFORMS` (the soft
-clip's Polar-Express iteration on ``U U^T + c^2 I``, Jiang, Semenov and Stich 2026 §5.1; the accurate
-route's 3 tall + 6 Gram steps; the hard cap; Newton-Schulz, Jordan et al. 2024; the regularised
-Frank-Wolfe posts, §3.1) unrolls into every iteration's matmuls and element-wise operations, for every
-(shape, dtype) batch, and inductor generates and compiles code for each: the first compile of
-``SpectraAdamW`` took 7.7x torch AdamW's on a CPU, 8.7x on an H100, and a matmul-bound iteration gains
-nothing from the generated code. Under ``torch.compile`` the optimizer therefore calls the transforms of a
-param group's matrix batches as one operator, ``torch.ops.spectrakit.post_transform_(Us, name, c, steps,
-dtype, regularizer, b, p)`` (``Us``: the list of batches), defined with :class:`torch.library.Library` (as
-:mod:`spectrakit.optim.fused`): it overwrites each batch with its transform (``Tensor(a!)[]``), its kernel the
-eager function itself (the in-place variant ``fn.inplace`` on the batch, the call the eager step makes on its
-contiguous work tensor; a non-contiguous batch through a contiguous copy), so that the compiled step gives the
-eager numbers bit for bit; its fake kernel computes nothing. Functionalization turns the call into one on copies
-of the batches, and inductor's re-inplacing removes those copies where a batch is not read afterwards (the
-traced step's stacked directions are not): no second copy of the group's matrices (an operator returning new
-tensors held the inputs and its outputs at once, and the compiled step page-faulted both in on a CPU). The traced
-step makes every batch's direction first, then this one call, then every batch's update
-(``Spectra._step_group``): each operator call is a fusion barrier, and each stretch of element-wise code between
-two barriers one more generated kernel to compile (on a CPU, one compiler run each). The price: the work tensors
-of all the group's matrix batches are alive at once in the compiled step (one copy of the group's matrices),
-where the eager step holds one batch's.
-
-The arguments are those of a transform call: ``c`` a Python float (the clip threshold, constant without a
-step-dependent clip schedule), ``steps`` and ``dtype`` fixed per group, ``regularizer``/``b``/``p`` the group's
-Frank-Wolfe options (ignored by the other transforms). During a clip schedule's warm-up or decay the threshold
-``c_k`` changes every step: the overload ``post_transform_.scheduled`` takes it as a 0-d float64 CPU tensor
-(read by the kernel, which runs eagerly: no graph break, no recompile), made by a second operator,
-``torch.ops.spectrakit.clip_threshold(steps_taken, lr, ...)``, whose kernel evaluates
-:func:`~spectrakit.optim.schedules.clip_threshold` on the group's step counter (a 0-d int64 CPU tensor) and
-``lr`` (a tensor ``lr`` is read during the warm-up only, as the eager step does), so that the traced step's
-threshold is the eager step's bit for bit. An infinite threshold (no clip) makes the transform the identity.
-
-The non-finite check is a third operator, ``torch.ops.spectrakit.grads_within(grads, bound, per_tensor)``:
-``max_i ||g_i||_inf <= bound`` by torch's multi-tensor inf-norm kernel (one launch for the list on a GPU), or on
-the CPU's path by each gradient's ``aminmax`` (the eager check). Traced as ``torch._foreach_norm``, inductor
-generated one reduction kernel per gradient (a plain AdamW step on an H100: 24 kernels and a 52 s first compile,
-torch AdamW's 10 s), and traced as one ``amax`` per gradient on the CPU one kernel each too (plain AdamW: 23
-kernels, a compiled step 1.13x its eager one); as an operator call it compiles none. For the same reason two
-more reductions of the step are operator calls: ``torch.ops.spectrakit.finite_(xs)`` checks a matrix batch's
-transformed update and zeroes its non-finite entries in place (the eager ``aminmax`` and ``nan_to_num``; traced
-as ``amax`` and ``where``, a reduction kernel per matrix batch), and ``torch.ops.spectrakit.norms(xs)`` gives the
-Frobenius norms of a list (torch's multi-tensor norm kernel: MARS's per-parameter clip, the vector clip; traced,
-a reduction kernel per tensor). Both also give the compiled step the eager step's numbers.
-
-The step counter of each param group (``steps_taken``, a 0-d int64 CPU tensor: the clip schedules read it on the
-host without a device sync) is advanced by a fourth, ``torch.ops.spectrakit.count_step_(counter)``
-(``counter <- counter + 1`` in place). Traced as ``+= 1``, inductor generated a C++ kernel for it, the only CPU
-code of a step on a GPU, and that one kernel cost ~45 s of a cold first compile on an H100 (inductor probes the
-host's vector instruction sets by compiling test programs, then compiles the kernel): 58.6 s for a plain AdamW
-step there, against torch AdamW's 11.9 s; an operator call compiles nothing.
-"""
+# Traced by ``torch.compile``, a transform of :data:`~spectrakit.optim.transforms.POST_TRANSFORMS` (the soft
+# clip's Polar-Express iteration on ``U U^T + c^2 I``, Jiang, Semenov and Stich 2026 §5.1; the accurate
+# route's 3 tall + 6 Gram steps; the hard cap; Newton-Schulz, Jordan et al. 2024; the regularised
+# Frank-Wolfe posts, §3.1) unrolls into every iteration's matmuls and element-wise operations, for every
+# (shape, dtype) batch, and inductor generates and compiles code for each: the first compile of
+# ``SpectraAdamW`` took 7.7x torch AdamW's on a CPU, 8.7x on an H100, and a matmul-bound iteration gains
+# nothing from the generated code. Under ``torch.compile`` the optimizer therefore calls the transforms of a
+# param group's matrix batches as one operator, ``torch.ops.spectrakit.post_transform_(Us, name, c, steps,
+# dtype, regularizer, b, p)`` (``Us``: the list of batches), defined with :class:`torch.library.Library` (as
+# :mod:`spectrakit.optim.fused`): it overwrites each batch with its transform (``Tensor(a!)[]``), its kernel the
+# eager function itself (the in-place variant ``fn.inplace`` on the batch, the call the eager step makes on its
+# contiguous work tensor; a non-contiguous batch through a contiguous copy), so that the compiled step gives the
+# eager numbers bit for bit; its fake kernel computes nothing. Functionalization turns the call into one on copies
+# of the batches, and inductor's re-inplacing removes those copies where a batch is not read afterwards (the
+# traced step's stacked directions are not): no second copy of the group's matrices (an operator returning new
+# tensors held the inputs and its outputs at once, and the compiled step page-faulted both in on a CPU). The traced
+# step makes every batch's direction first, then this one call, then every batch's update
+# (``Spectra._step_group``): each operator call is a fusion barrier, and each stretch of element-wise code between
+# two barriers one more generated kernel to compile (on a CPU, one compiler run each). The price: the work tensors
+# of all the group's matrix batches are alive at once in the compiled step (one copy of the group's matrices),
+# where the eager step holds one batch's.
+#
+# The arguments are those of a transform call: ``c`` a Python float (the clip threshold, constant without a
+# step-dependent clip schedule), ``steps`` and ``dtype`` fixed per group, ``regularizer``/``b``/``p`` the group's
+# Frank-Wolfe options (ignored by the other transforms). During a clip schedule's warm-up or decay the threshold
+# ``c_k`` changes every step: the overload ``post_transform_.scheduled`` takes it as a 0-d float64 CPU tensor
+# (read by the kernel, which runs eagerly: no graph break, no recompile), made by a second operator,
+# ``torch.ops.spectrakit.clip_threshold(steps_taken, lr, ...)``, whose kernel evaluates
+# :func:`~spectrakit.optim.schedules.clip_threshold` on the group's step counter (a 0-d int64 CPU tensor) and
+# ``lr`` (a tensor ``lr`` is read during the warm-up only, as the eager step does), so that the traced step's
+# threshold is the eager step's bit for bit. An infinite threshold (no clip) makes the transform the identity.
+#
+# The non-finite check is a third operator, ``torch.ops.spectrakit.grads_within(grads, bound, per_tensor)``:
+# ``max_i ||g_i||_inf <= bound`` by torch's multi-tensor inf-norm kernel (one launch for the list on a GPU), or on
+# the CPU's path by each gradient's ``aminmax`` (the eager check). Traced as ``torch._foreach_norm``, inductor
+# generated one reduction kernel per gradient (a plain AdamW step on an H100: 24 kernels and a 52 s first compile,
+# torch AdamW's 10 s), and traced as one ``amax`` per gradient on the CPU one kernel each too (plain AdamW: 23
+# kernels, a compiled step 1.13x its eager one); as an operator call it compiles none. For the same reason two
+# more reductions of the step are operator calls: ``torch.ops.spectrakit.finite_(xs)`` checks a matrix batch's
+# transformed update and zeroes its non-finite entries in place (the eager ``aminmax`` and ``nan_to_num``; traced
+# as ``amax`` and ``where``, a reduction kernel per matrix batch), and ``torch.ops.spectrakit.norms(xs)`` gives the
+# Frobenius norms of a list (torch's multi-tensor norm kernel: MARS's per-parameter clip, the vector clip; traced,
+# a reduction kernel per tensor). Both also give the compiled step the eager step's numbers.
+#
+# The step counter of each param group (``steps_taken``, a 0-d int64 CPU tensor: the clip schedules read it on the
+# host without a device sync) is advanced by a fourth, ``torch.ops.spectrakit.count_step_(counter)``
+# (``counter <- counter + 1`` in place). Traced as ``+= 1``, inductor generated a C++ kernel for it, the only CPU
+# code of a step on a GPU, and that one kernel cost ~45 s of a cold first compile on an H100 (inductor probes the
+# host's vector instruction sets by compiling test programs, then compiles the kernel): 58.6 s for a plain AdamW
+# step there, against torch AdamW's 11.9 s; an operator call compiles nothing.
 
 from __future__ import annotations
 

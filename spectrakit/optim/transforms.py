@@ -3,54 +3,53 @@
 Every transform ``fn(U, c, steps=None, dtype=None)`` maps a stacked batch ``U`` of shape ``(B, m, n)``
 and a threshold ``c`` (float) to a batch of the same shape and dtype (``dtype``: compute dtype of the
 iterative ones, e.g. bfloat16; ``steps``: their iteration count; None = linalg's defaults); the
-optimizer calls it once per (shape, dtype) batch. Names:
+optimizer calls it once per (shape, dtype) batch. Names:"""
 
-- ``soft_clip`` (the optimizers' default post-transform; alias of ``soft_clip_fast``):
-  ``s -> s / sqrt(1 + s^2/c^2)`` (SPECTRA's SSC, Jiang, Semenov and Stich 2026 §5.1), see ``soft_clip_fast``;
-- ``soft_clip_accurate``: the same map by ``linalg.soft_clip``'s default polar route (3 tall + 6 Gram
-  steps in fp32, error <= 1e-3 for ``sigma_max/c`` up to 1e4); the default PRE-transform (raw gradients
-  can be far above ``pre_c``);
-- ``soft_clip_fast``: the same map by the Gram-only route ``linalg.soft_clip(tall_steps=0)``
-  (implemented by its in-place form ``linalg.soft_clip.soft_clip_fast_``, equal to rounding; 6
-  Polar-Express steps on ``U U^T + c^2 I``, fp32: 0.72-0.76x the paper's Newton-Schulz FLOPs, 1.5-1.7x
-  faster than ``soft_clip`` on CPU; relative error <= 1e-3 only for ``sigma_max(U)/c <= 300``, tested;
-  beyond that a safe under-shoot, e.g. ~2e-2 at 1e3). A bfloat16 compute dtype uses the accurate route
-  (the bf16 Gram phase diverges) on GPUs; on CPU it computes in fp32 (the bf16 route was measured slower
-  there: 1.28-1.5x with AMX bf16 units, 40-80x without);
-- ``soft_clip_ns``: the same map by the paper's Alg. 1 + 3 (``linalg.soft_clip(method="newton_schulz")``,
-  10 coupled Newton-Schulz steps on the Gram matrix: fewer FLOPs for very wide matrices, but the small
-  singular values are under-amplified when ``sigma_max/c >~ 100``);
-- ``soft_clip_exact``: the same map by a float64 SVD (reference);
-- ``hard_clip``: ``s -> min(s, c)`` (``clip^sp_c`` of Jiang, Semenov and Stich 2026 §2) by a float64 SVD;
-- ``hardcap``: ``s -> min(s, c)`` by ``linalg.spectral_hardcap``;
-- ``orthogonalize``: ``s -> 1`` (post-orthogonalisation ablation, §F.3 Table F.8), ``linalg.orthogonalize``;
-- ``newton_schulz5``: ``s -> ~1`` in [0.7, 1.2] (Muon's quintic x 5 steps from a Frobenius-normalised
-  start, Jordan et al. 2024; bit-identical to ``torch.optim.Muon``), ``linalg.msign(schedule="muon",
-  normalize="frobenius")``; ``newton_schulz5_batched``: the same, with one batched product per stack of
-  same-shape matrices on every device (the CPU default runs torch's per-matrix calls; on CPUs with bf16
-  matrix units, Intel AMX, batching saves oneDNN's fixed cost per call but may change the last bf16 place at
-  small shapes); ``newton_schulz5_spectral``: the same quintic from linalg's spectral-bound start
-  (``linalg.msign(schedule="muon")``);
-- ``global_clip``: ``U -> U min(1, c / ||U||_F)`` (global clipping ``clip^g_c``, Jiang, Semenov and Stich 2026 §2);
-- ``spectral_lmo``: ``s -> s*(s)`` of the regularised Frank–Wolfe subproblem over the spectral ball of
-  radius ``c`` with the group's ``regularizer`` (``"frobenius"``, ``"nuclear"``, ``"schatten"`` with ``p``,
-  ``"entropy"``) and strength ``b`` (Jiang, Semenov & Stich 2026, §3.1, App. E.3; ``linalg.spectral_lmo``);
-- ``linf_fw``: ``(||U||_1 / b) clip^sp_{b c / ||U||_1}(sign(U))``, the approximate Frank–Wolfe step of the
-  l_inf-regularised subproblem (Signum with a post spectral clip, §3.1); give it the momentum, not its sign;
-  spectral norm ``<= c (1 + 1e-3)`` (the hard cap's accuracy, also for nearly rank-1 sign matrices far above
-  the cap);
-- ``none``: identity.
-
-(``U = P diag(s) Q^T``; the singular vectors are kept.) ``spectrakit.linalg`` is imported lazily,
-so the exact variants work without it.
-
-Memory: ``soft_clip``/``soft_clip_fast`` have an in-place variant (``POST_TRANSFORMS["soft_clip"].inplace``,
-fp32/fp64 compute) that overwrites ``U`` and allocates no full-size temporary (4 ``m x m`` Gram matrices
-per matrix, then a block of at most ``2^20`` elements); the optimizer calls it on its work tensor. So do
-``newton_schulz5`` and ``newton_schulz5_batched`` (Muon's loop writes each result into ``U``: no full-size
-output per step) and the regularised Frank-Wolfe posts. The entries of ``POST_TRANSFORMS`` themselves never
-modify ``U``.
-"""
+# - ``soft_clip`` (the optimizers' default post-transform; alias of ``soft_clip_fast``):
+#   ``s -> s / sqrt(1 + s^2/c^2)`` (SPECTRA's SSC, Jiang, Semenov and Stich 2026 §5.1), see ``soft_clip_fast``;
+# - ``soft_clip_accurate``: the same map by ``linalg.soft_clip``'s default polar route (3 tall + 6 Gram
+#   steps in fp32, error <= 1e-3 for ``sigma_max/c`` up to 1e4); the default PRE-transform (raw gradients
+#   can be far above ``pre_c``);
+# - ``soft_clip_fast``: the same map by the Gram-only route ``linalg.soft_clip(tall_steps=0)``
+#   (implemented by its in-place form ``linalg.soft_clip.soft_clip_fast_``, equal to rounding; 6
+#   Polar-Express steps on ``U U^T + c^2 I``, fp32: 0.72-0.76x the paper's Newton-Schulz FLOPs, 1.5-1.7x
+#   faster than ``soft_clip`` on CPU; relative error <= 1e-3 only for ``sigma_max(U)/c <= 300``, tested;
+#   beyond that a safe under-shoot, e.g. ~2e-2 at 1e3). A bfloat16 compute dtype uses the accurate route
+#   (the bf16 Gram phase diverges) on GPUs; on CPU it computes in fp32 (the bf16 route was measured slower
+#   there: 1.28-1.5x with AMX bf16 units, 40-80x without);
+# - ``soft_clip_ns``: the same map by the paper's Alg. 1 + 3 (``linalg.soft_clip(method="newton_schulz")``,
+#   10 coupled Newton-Schulz steps on the Gram matrix: fewer FLOPs for very wide matrices, but the small
+#   singular values are under-amplified when ``sigma_max/c >~ 100``);
+# - ``soft_clip_exact``: the same map by a float64 SVD (reference);
+# - ``hard_clip``: ``s -> min(s, c)`` (``clip^sp_c`` of Jiang, Semenov and Stich 2026 §2) by a float64 SVD;
+# - ``hardcap``: ``s -> min(s, c)`` by ``linalg.spectral_hardcap``;
+# - ``orthogonalize``: ``s -> 1`` (post-orthogonalisation ablation, §F.3 Table F.8), ``linalg.orthogonalize``;
+# - ``newton_schulz5``: ``s -> ~1`` in [0.7, 1.2] (Muon's quintic x 5 steps from a Frobenius-normalised
+#   start, Jordan et al. 2024; bit-identical to ``torch.optim.Muon``), ``linalg.msign(schedule="muon",
+#   normalize="frobenius")``; ``newton_schulz5_batched``: the same, with one batched product per stack of
+#   same-shape matrices on every device (the CPU default runs torch's per-matrix calls; on CPUs with bf16
+#   matrix units, Intel AMX, batching saves oneDNN's fixed cost per call but may change the last bf16 place at
+#   small shapes); ``newton_schulz5_spectral``: the same quintic from linalg's spectral-bound start
+#   (``linalg.msign(schedule="muon")``);
+# - ``global_clip``: ``U -> U min(1, c / ||U||_F)`` (global clipping ``clip^g_c``, Jiang, Semenov and Stich 2026 §2);
+# - ``spectral_lmo``: ``s -> s*(s)`` of the regularised Frank–Wolfe subproblem over the spectral ball of
+#   radius ``c`` with the group's ``regularizer`` (``"frobenius"``, ``"nuclear"``, ``"schatten"`` with ``p``,
+#   ``"entropy"``) and strength ``b`` (Jiang, Semenov & Stich 2026, §3.1, App. E.3; ``linalg.spectral_lmo``);
+# - ``linf_fw``: ``(||U||_1 / b) clip^sp_{b c / ||U||_1}(sign(U))``, the approximate Frank–Wolfe step of the
+#   l_inf-regularised subproblem (Signum with a post spectral clip, §3.1); give it the momentum, not its sign;
+#   spectral norm ``<= c (1 + 1e-3)`` (the hard cap's accuracy, also for nearly rank-1 sign matrices far above
+#   the cap);
+# - ``none``: identity.
+#
+# (``U = P diag(s) Q^T``; the singular vectors are kept.) ``spectrakit.linalg`` is imported lazily,
+# so the exact variants work without it.
+#
+# Memory: ``soft_clip``/``soft_clip_fast`` have an in-place variant (``POST_TRANSFORMS["soft_clip"].inplace``,
+# fp32/fp64 compute) that overwrites ``U`` and allocates no full-size temporary (4 ``m x m`` Gram matrices
+# per matrix, then a block of at most ``2^20`` elements); the optimizer calls it on its work tensor. So do
+# ``newton_schulz5`` and ``newton_schulz5_batched`` (Muon's loop writes each result into ``U``: no full-size
+# output per step) and the regularised Frank-Wolfe posts. The entries of ``POST_TRANSFORMS`` themselves never
+# modify ``U``.
 
 from __future__ import annotations
 

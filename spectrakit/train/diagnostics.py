@@ -12,13 +12,12 @@ parameter ``W`` (``ndim >= 2``, viewed as ``(out, in)``):
 
 and at the steps in ``spectra_steps`` the full singular-value spectra of the raw gradient (before clipping)
 and of ``U`` (Fig. F.9-F.13). Spectral norms are exact (``torch.linalg.matrix_norm(ord=2)``, same-shaped
-matrices batched); these run only at diagnostic steps and are excluded from the step time.
+matrices batched); these run only at diagnostic steps and are excluded from the step time."""
 
-:func:`noise_structure` is the analysis of §F.2.2: signal ``G`` = mean gradient over a large batch, noise
-``N = g - G`` for single-sequence gradients ``g``; it reports the top-``r`` singular values of ``N``,
-``||G||_2`` and the subspace distances ``d_r(N, G) = max(d(U_N, U_G), d(V_N, V_G))`` (spectral and chordal).
-:class:`NoiseStructure` runs it as a callback at chosen steps.
-"""
+# :func:`noise_structure` is the analysis of §F.2.2: signal ``G`` = mean gradient over a large batch, noise
+# ``N = g - G`` for single-sequence gradients ``g``; it reports the top-``r`` singular values of ``N``,
+# ``||G||_2`` and the subspace distances ``d_r(N, G) = max(d(U_N, U_G), d(V_N, V_G))`` (spectral and chordal).
+# :class:`NoiseStructure` runs it as a callback at chosen steps.
 
 from __future__ import annotations
 

@@ -15,14 +15,13 @@ mesh dims with ``Replicate`` keep separate groups that repeat the same work. Wit
 
 1. one ``all_to_all_single`` (uneven splits) sends the owner of each matrix every rank's block of it;
 2. the owner writes the blocks into the whole matrix (one slice copy per range combination), transforms it;
-3. a second ``all_to_all_single`` sends each rank its block of the result.
+3. a second ``all_to_all_single`` sends each rank its block of the result."""
 
-A rank sends its block of every matrix it does not own and receives the other ``W-1`` blocks of the
-matrices it owns, and the reverse for the results: about ``(W-1)/W^2`` of all matrix bytes per phase and
-rank with balanced owners, as along one mesh dim (:mod:`spectrakit.distributed.cost_model`); the owners
-are balanced by FLOPs over all ``W`` ranks (:mod:`spectrakit.optim.sharding.assign`).
-torchtitan's ``DistMuon`` and Dion (Ahn et al. 2025) use the same owner-compute idea.
-"""
+# A rank sends its block of every matrix it does not own and receives the other ``W-1`` blocks of the
+# matrices it owns, and the reverse for the results: about ``(W-1)/W^2`` of all matrix bytes per phase and
+# rank with balanced owners, as along one mesh dim (:mod:`spectrakit.distributed.cost_model`); the owners
+# are balanced by FLOPs over all ``W`` ranks (:mod:`spectrakit.optim.sharding.assign`).
+# torchtitan's ``DistMuon`` and Dion (Ahn et al. 2025) use the same owner-compute idea.
 
 from __future__ import annotations
 

@@ -13,13 +13,12 @@ Two communication patterns (bytes per rank: :mod:`spectrakit.distributed.cost_mo
 - **sharded** (FSDP2 / HSDP, ``Shard(d)`` DTensors): rank ``r`` holds chunk ``r`` of every matrix along
   dim ``d``. One ``all_to_all_single`` (uneven splits) sends each owner the chunks of its matrices, the
   owner concatenates them to whole matrices, transforms them, and a second ``all_to_all_single`` sends
-  every rank its chunk of every result back. Nothing is gathered on ranks that do not own a matrix.
+  every rank its chunk of every result back. Nothing is gathered on ranks that do not own a matrix."""
 
-The transform ``fn(b, idx, x)`` gets the batch index ``b``, the list ``idx`` of matrix indices in that
-batch (the ones this rank owns) and the whole matrices ``x`` of shape ``(len(idx), *shape_b)``; it must
-return a tensor of the same shape and dtype. No host-device synchronisation: all sizes come from shapes,
-index tensors are built once per plan and cached on the device.
-"""
+# The transform ``fn(b, idx, x)`` gets the batch index ``b``, the list ``idx`` of matrix indices in that
+# batch (the ones this rank owns) and the whole matrices ``x`` of shape ``(len(idx), *shape_b)``; it must
+# return a tensor of the same shape and dtype. No host-device synchronisation: all sizes come from shapes,
+# index tensors are built once per plan and cached on the device.
 
 from __future__ import annotations
 

@@ -14,25 +14,25 @@ optimizer (``sharded(SpectraAdamW)(params, ...)`` or :class:`DistributedSpectra`
 
 so every rank applies exactly the update of the single-process optimizer on the same global batch, while
 each matrix's Newton–Schulz work is done once in the job instead of once per rank (SPECTRA's reference
-code repeats it on every rank; Jiang, Semenov and Stich 2026 §6 leaves efficient distributed clipping as future work).
+code repeats it on every rank; Jiang, Semenov and Stich 2026 §6 leaves efficient distributed clipping as
+future work)."""
 
-FSDP2 parameters are DTensors; during ``step()`` the param groups temporarily hold their local tensors
-(same storage, updated in place) and the optimizer states are stored as DTensors with the parameter's
-placements, so ``torch.distributed.checkpoint`` saves and reshards them like the parameters.
-
-The matrix pre-clip (``pre_c``) goes through the same sharded exchange as the post-transform (the
-optimizer's ``_pre_transform_groups`` hook), and ``alpha`` is computed from the global shape
-(``_update_scale``), so neither needs the whole tensor on every rank.
-
-Parameters sharded on several mesh dims (FSDP2 x tensor parallel, HSDP x TP) go through the block
-exchange of :mod:`spectrakit.optim.sharding.block_exchange` over their flattened sharding group.
-
-Requirements and refusals (``ValueError`` naming the parameter): placements other than ``Replicate``,
-``Shard(d)`` and FSDP2's ``_StridedShard`` (see :func:`~spectrakit.optim.sharding.layout.layout_of`); for sharded
-parameters, group options that need a whole tensor outside the matrix transforms (``vector_clip`` of
-sharded 1-D parameters, the MARS base's per-tensor norm). Plain (non-DTensor) parameters must be
-identical on all ranks of ``process_group`` (DDP guarantees it).
-"""
+# FSDP2 parameters are DTensors; during ``step()`` the param groups temporarily hold their local tensors
+# (same storage, updated in place) and the optimizer states are stored as DTensors with the parameter's
+# placements, so ``torch.distributed.checkpoint`` saves and reshards them like the parameters.
+#
+# The matrix pre-clip (``pre_c``) goes through the same sharded exchange as the post-transform (the
+# optimizer's ``_pre_transform_groups`` hook), and ``alpha`` is computed from the global shape
+# (``_update_scale``), so neither needs the whole tensor on every rank.
+#
+# Parameters sharded on several mesh dims (FSDP2 x tensor parallel, HSDP x TP) go through the block
+# exchange of :mod:`spectrakit.optim.sharding.block_exchange` over their flattened sharding group.
+#
+# Requirements and refusals (``ValueError`` naming the parameter): placements other than ``Replicate``,
+# ``Shard(d)`` and FSDP2's ``_StridedShard`` (see :func:`~spectrakit.optim.sharding.layout.layout_of`); for sharded
+# parameters, group options that need a whole tensor outside the matrix transforms (``vector_clip`` of
+# sharded 1-D parameters, the MARS base's per-tensor norm). Plain (non-DTensor) parameters must be
+# identical on all ranks of ``process_group`` (DDP guarantees it).
 
 from __future__ import annotations
 
