@@ -165,6 +165,7 @@ def _run_one(
     name: str, seed: int, opts: CompareOptions, cfg: dict, splits, out_dir: str | None, info: DistInfo,
     resume: str | None = None,
 ) -> dict:
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
     torch.manual_seed(seed)
     model_cfg = preset_config(cfg["preset"], splits.meta["vocab_size"], max_seq_len=cfg["seq_len"])
     # wrap BEFORE building the optimizer: FSDP2 replaces the parameters by DTensors; with several ranks
@@ -236,6 +237,9 @@ def _run_one(
         "agg_linf": _num(last.get("agg_linf")),
         "diverged": diverged,
         "diverged_at": res.steps_done if diverged else None,
+        # the machine's 1-minute load average at the run's start and end (results.json): a change marks wall
+        # times measured under another load
+        "load": [round(load_start, 2), round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else math.nan],
         "_curve": [(r["step"], r["loss"]) for r in res.logs],
         "_evals": res.evals,
         "_norms": [(r["step"], _num(r["agg_linf"]), _num(r["agg_fro"]), _num(r["max_weight_sn"]))
@@ -284,6 +288,55 @@ def _write_row(run_dir: str, row: dict) -> None:
     write_atomic(os.path.join(run_dir, RESULT), json.dumps(row, default=str))
 
 
+def _paired_overhead(name: str, base: str, seed: int, opts: CompareOptions, cfg: dict, splits, info: DistInfo,
+                     rounds: int = 7) -> float | None:
+    """SPECTRA's overhead over its base measured in pairs: both optimizers on copies of one model, the same
+    batches, their training steps (forward, backward, step) interleaved for ``rounds`` rounds after a
+    warm-up, process CPU time (on a CPU: what the process itself spent, so other processes' load cannot flip
+    the sign; CUDA: wall time after synchronising), the median of the per-round ratios, in percent. The
+    training runs' own step times are wall times of runs made minutes apart; this is the figure the table
+    shows. None under several processes."""
+    if info.world_size > 1:
+        return None
+    from spectrakit.train.loop import autocast_context
+
+    model_cfg = preset_config(cfg["preset"], splits.meta["vocab_size"], max_seq_len=cfg["seq_len"])
+    data = TokenBatches(splits.train, cfg["batch_size"], cfg["seq_len"], seed=seed)
+    batches = [tuple(t.to(info.device) for t in data.next()) for _ in range(rounds + 2)]
+    pairs = []
+    for label in (name, base):
+        torch.manual_seed(seed)
+        model = Llama(model_cfg).to(info.device)
+        pairs.append((model, build_optimizer(label, model, lr=opts.lr, weight_decay=opts.weight_decay, c=opts.c)))
+    cuda = info.device.type == "cuda"
+
+    def step(model, opt, batch) -> float:
+        if cuda:
+            torch.cuda.synchronize(info.device)
+        t0 = time.perf_counter() if cuda else time.process_time()
+        with autocast_context(info.device):
+            _, loss = model(*batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize(info.device)
+        return (time.perf_counter() if cuda else time.process_time()) - t0
+
+    ratios = []
+    for i, batch in enumerate(batches):
+        order = pairs if i % 2 == 0 else pairs[::-1]
+        times = {id(m): step(m, o, batch) for m, o in order}
+        if i >= 2:  # (the first two: warm-up, state allocation)
+            t_name, t_base = times[id(pairs[0][0])], times[id(pairs[1][0])]
+            if t_base > 0:
+                ratios.append(t_name / t_base)
+    if not ratios:
+        return None
+    ratios.sort()
+    return 100.0 * (ratios[len(ratios) // 2] - 1.0)
+
+
 def _ratio_pct(a, b) -> float | None:
     """``100 (a / b - 1)``, or None (shown as ``-``) where it is undefined (a zero, missing or non-finite time)."""
     ok = all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (a, b))
@@ -309,7 +362,8 @@ def compare(*, on_row=None, on_splits=None, **options) -> list[dict]:
     after each run with the rows so far; ``on_splits(splits)`` once before the runs, with the tokenised
     corpus (:class:`~spectrakit.data.tokens.TokenSplits`).
 
-    Returns one row per (optimizer, seed) with ``val_loss``, ``val_ppl``, ``step_ms``, ``overhead_%`` (step
+    Returns one row per (optimizer, seed) with ``val_loss``, ``val_ppl``, ``step_ms``, ``overhead_%`` (the
+    paired measurement of :func:`_paired_overhead`; ``overhead_wall_%``: step
     time over the base optimizer of the same seed when both ran, else ``None``, shown as ``-``),
     ``max_weight_sn`` (final largest ``||W||_2`` over matrices), ``max_update_sn`` (largest ``||U||_2`` of the
     applied update direction
@@ -361,7 +415,13 @@ def compare(*, on_row=None, on_splits=None, **options) -> list[dict]:
                 rows.append(row)
             if on_row is not None and info.is_main:
                 on_row(_with_overheads(list(rows)))
-    return _with_overheads(rows)
+    rows = _with_overheads(rows)
+    for r in rows:  # the table's overhead: a paired, interleaved measurement (load cannot flip its sign)
+        base = OPTIMIZERS[r["optimizer"]].base
+        if r.get("overhead_%") is not None and not r.get("diverged") and info.is_main:
+            r["overhead_wall_%"] = r["overhead_%"]
+            r["overhead_%"] = _paired_overhead(r["optimizer"], base, r["seed"], opts, cfg, splits, info)
+    return rows
 
 
 def _check_resources(opts: CompareOptions, cfg: dict, splits, info: DistInfo) -> dict:

@@ -101,7 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.epilog = (
         "Columns of the result table: val_loss and val_ppl (validation cross-entropy in nats and its exp), step_ms "
-        "(mean time of a training step), overhead_% (step time over that of the base optimizer, same seed), "
+        "(mean time of a training step), overhead_% (SPECTRA's training step over its base optimizer's, same seed, "
+        "measured in interleaved pairs on the same batches in CPU time after the runs, so load cannot flip its "
+        "sign; overhead_wall_% in results.json: from the runs' wall times), "
         "max_weight_sn (largest spectral norm ||W||_2 of a weight matrix at the end), max_update_sn (largest "
         "spectral norm of one step's applied update direction after the warm-up: what SPECTRA's clip bounds), "
         "agg_linf (largest absolute weight entry max |W_ij| over all matrices at the end) and diverged.")
