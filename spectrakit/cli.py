@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -173,14 +174,15 @@ def command_of(argv: list[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
-def build_parser(commands=None) -> argparse.ArgumentParser:
+def build_parser(commands=None, argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser of the command line. ``commands``: the sub-commands whose options are filled in (their
     modules imported); the others are listed with their one-line help only, which is all that ``spectrakit
     --help`` and a run of another command use. Default: all of them (for tools that walk every option).
 
     A run fills in only the command it runs: ``spectrakit --help`` imports no command module, and a command's
     own module imports what its options need; the heavy libraries (torch) wait for the commands that
-    compute."""
+    compute. ``argv`` (the arguments after ``spectrakit``) goes to a command whose ``add_arguments`` takes it
+    (``experiment``: only the experiment named is filled in)."""
     parser = Parser(
         prog="spectrakit",
         description="spectrakit: control the spectrum of neural networks (matrix functions, "
@@ -197,7 +199,10 @@ def build_parser(commands=None) -> argparse.ArgumentParser:
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip().split("\n\n")[0],
                            formatter_class=HelpFormatter)
-        mod.add_arguments(p)
+        if "argv" in inspect.signature(mod.add_arguments).parameters:
+            mod.add_arguments(p, argv=argv)
+        else:
+            mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     _harden(parser)
     return parser
@@ -248,7 +253,8 @@ def _main(argv: list[str] | None) -> int:
     from spectrakit._cliargs import check_output_folder
     from spectrakit._threads import apply_threads
 
-    parser = build_parser([command_of(sys.argv[1:] if argv is None else argv)])
+    line = sys.argv[1:] if argv is None else argv
+    parser = build_parser([command_of(line)], argv=line)
     args = parser.parse_args(argv)
     if getattr(args, "_run", None) is None:
         parser.print_help()

@@ -18,9 +18,26 @@ def _first_sentence(doc: str) -> str:
     return text
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def _docstring(module: str) -> str:
+    """The docstring of ``module``, read from its source without importing it (which would import torch)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    with open(spec.origin, encoding="utf-8") as f:
+        return ast.get_docstring(ast.parse(f.read())) or ""
+
+
+def add_arguments(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> None:
+    """The experiments as sub-commands. With ``argv`` (a run of the command line) only the experiment it names
+    is imported and gets its options; the others are listed with their first sentence (no torch import)."""
     sub = parser.add_subparsers(dest="experiment", metavar="NAME", required=True)
+    words = [a for a in (argv or []) if not a.startswith("-")]
+    chosen = words[1] if argv is not None and len(words) > 1 and words[0] == "experiment" else None
     for name, module in EXPERIMENTS.items():
+        if argv is not None and name != chosen:
+            sub.add_parser(name, help=_first_sentence(_docstring(module) or name))
+            continue
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=_first_sentence(mod.__doc__ or name),
                            description=(mod.__doc__ or name).strip(),
