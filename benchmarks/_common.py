@@ -1,5 +1,6 @@
 """Helpers for benchmark scripts: timing (CUDA events on GPU, perf_counter on CPU) and writing a
-section of docs/BENCHMARKS.md between markers, so each script owns its own section."""
+block of docs/results/bench/KEY.md between markers (the benchmark's latest raw output), so each script owns its
+own file."""
 
 from __future__ import annotations
 
@@ -41,11 +42,19 @@ def command_line() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
 
 
-def write_section(key: str, text: str, *, path: str = BENCH_MD) -> None:
-    """Replace (or append) the block between ``<!-- bench:KEY:start -->`` and ``<!-- bench:KEY:end -->``.
+RESULTS_BENCH = os.path.join(os.path.dirname(BENCH_MD), "results", "bench")
+
+
+def write_section(key: str, text: str, *, path: str | None = None) -> None:
+    """Replace (or append) the block between ``<!-- bench:KEY:start -->`` and ``<!-- bench:KEY:end -->`` of
+    ``path``, by default ``docs/results/bench/KEY.md`` (the benchmark's latest raw output; docs/BENCHMARKS.md
+    holds the current figures and links to these files).
 
     Several device runs may be kept side by side by using keys such as ``linalg-cpu`` and ``linalg-cuda``.
     """
+    if path is None:
+        path = os.path.join(RESULTS_BENCH, f"{key}.md")
+        os.makedirs(RESULTS_BENCH, exist_ok=True)
     start, end = f"<!-- bench:{key}:start -->", f"<!-- bench:{key}:end -->"
     block = f"{start}\n{text.rstrip()}\n{end}"
     body = open(path).read() if os.path.exists(path) else "# Benchmarks\n"

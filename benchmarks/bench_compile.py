@@ -27,7 +27,7 @@ optimizer's process (a Python literal; repeat the option for more); ``--phases``
 compile went (the wall seconds of torch's timed compile stages, ``torch._dynamo.utils.compilation_time_metrics``:
 tracing, AOT, lowering, scheduling and fusion, code generation; nested stages overlap). Optimizers not started
 within ``--budget`` seconds are skipped. Results:
-docs/BENCHMARKS.md ("Compile-first", "H100 results").
+docs/BENCHMARKS.md (current figures; earlier runs: docs/results/history-2026-11/BENCHMARKS.md).
 """
 import argparse
 import os

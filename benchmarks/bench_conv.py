@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-fft-gb", type=float, default=4.0)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) (default: torch's choice)")
-    p.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
+    p.add_argument("--no-write", action="store_true", help="do not write docs/results/bench/KEY.md")
     args = p.parse_args(argv)
     if args.threads is not None:
         if args.threads < 1:

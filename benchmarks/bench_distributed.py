@@ -1,6 +1,6 @@
 """Benchmark of the sharded spectral optimizers (spectrakit.distributed).
 
-Three tables, written to docs/BENCHMARKS.md under ``distributed-<device>``:
+Three tables, written to docs/results/bench/distributed-<device>.md:
 
 1. world size 1: ``opt.step()`` of the plain preset vs ``sharded(preset)`` (no process group, and with an
    initialized 1-rank group): the overhead of the distributed code path (target <= 2% on a GPU);
@@ -297,7 +297,7 @@ def main(argv=None) -> int:
     ap.add_argument("--world-size", type=int, default=2, help="processes for table 2 (0: skip it)")
     ap.add_argument("--meshes", default="", help="FSDP2 x TP meshes dp x tp for table 4, e.g. 1x2,2x2,4x1")
     ap.add_argument("--mesh-only", action="store_true", help="run table 4 only")
-    ap.add_argument("--no-write", action="store_true", help="print only, do not update docs/BENCHMARKS.md")
+    ap.add_argument("--no-write", action="store_true", help="print only, do not write docs/results/bench/KEY.md")
     args = ap.parse_args(argv)
     try:
         meshes = [tuple(int(v) for v in m.split("x")) for m in args.meshes.split(",") if m]

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dilation-max", type=int, default=4096,
                    help="also time the (m+n)^3 dilation hard clip where m + n <= this (0: never)")
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
+    p.add_argument("--no-write", action="store_true", help="do not write docs/results/bench/KEY.md")
     p.add_argument("--threads", type=int, default=0,
                    help="torch intra-op threads (0: torch's default); 1 avoids OpenMP over-subscription "
                         "on a shared, loaded CPU")

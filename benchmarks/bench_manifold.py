@@ -3,7 +3,7 @@
 For a batch of ``B`` square ``n x n`` matrices on the boundary of each set (retracted random points),
 time: the face projectors (``faces``), one tangent projection with
 precomputed faces, the retraction, and the dualizers (naive LMO, 1-step alternating, PDHG with 8 steps,
-dual ascent with 8 steps). Prints a markdown table and writes it into docs/BENCHMARKS.md
+dual ascent with 8 steps). Prints a markdown table and writes it into docs/results/bench/
 (section ``manifold-<device>``).
 
     python benchmarks/bench_manifold.py [--sizes 64 128 256] [--batch 4] [--device cuda] [--no-write]

@@ -27,7 +27,7 @@ On CUDA (``--device cuda``) the step times are device-synchronised wall times (n
 the products run on the tensor cores in bf16 as in both published loops.
 
 Usage: ``python benchmarks/bench_muon.py --widths 192,256,512 --reps 5`` (writes its section, one per widths and
-``--ns-steps``, of docs/BENCHMARKS.md unless ``--no-write``).
+``--ns-steps``, of docs/results/bench/ unless ``--no-write``).
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def main() -> None:
     parser.add_argument("--ns-loops", action="store_true",
                         help="time the Newton-Schulz loops alone (torch's per-matrix function, ours per matrix, "
                              "ours batched) instead of the optimizer steps")
-    parser.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
+    parser.add_argument("--no-write", action="store_true", help="do not write docs/results/bench/KEY.md")
     args = parser.parse_args()
     widths = parse_widths(parser, args.widths, "--widths")
     if args.reps < 1:

@@ -730,7 +730,7 @@ def bench_host(d: int, device: str, reps: int) -> list[dict]:
 
 def _report(args, title: str, rows: list[dict], section: str, load: tuple, detail: str = "") -> None:
     """Print one measurement as a markdown section (title, device, torch, threads, ``detail``, date, load at the
-    start and end, the command, the table) and, unless ``--no-write``, put it into docs/BENCHMARKS.md under the
+    start and end, the command, the table) and, unless ``--no-write``, put it into docs/results/bench/ under the
     marker ``section`` followed by the device kind."""
     env = environment()
     text = (
@@ -755,7 +755,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
+    parser.add_argument("--no-write", action="store_true", help="do not write docs/results/bench/KEY.md")
     parser.add_argument("--widths", default=None,
                         help="comma-separated model widths, e.g. 192,256,512,1024: 2-layer LLaMA parameter sets "
                              "(vocab 2048), interleaved rounds, ratios to torch AdamW and to the 10-step "

@@ -76,7 +76,7 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=10 if cuda else 5)
     p.add_argument("--compile", action="store_true")
-    p.add_argument("--no-write", action="store_true", help="do not update docs/BENCHMARKS.md")
+    p.add_argument("--no-write", action="store_true", help="do not write docs/results/bench/KEY.md")
     args = p.parse_args()
     device = "cuda" if cuda else "cpu"
     if cuda:

@@ -28,3 +28,13 @@ def test_module_docstring_is_at_most_20_lines(path):
 
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
     assert len(doc.splitlines()) <= 20, f"{path.relative_to(ROOT)}: {len(doc.splitlines())} lines"
+
+
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
+def test_doc_page_is_at_most_400_lines(path):
+    """Each page of docs/ is reference first and short; dated records live in docs/results/."""
+    n = len(path.read_text(encoding="utf-8").splitlines())
+    assert n <= 400, f"{path.name}: {n} lines"
