@@ -1,6 +1,5 @@
 """The command line answers at once: ``--help`` and argument errors of these sub-commands import no torch (about
-0.2 s instead of 2-4 s on a 2-core machine). Only an experiment's own options (``spectrakit experiment grokking
---help``) still import it, with the experiment's module."""
+0.2 s instead of 2-4 s on a 2-core machine)."""
 
 from __future__ import annotations
 
@@ -30,7 +29,8 @@ print("TORCH" if "torch" in sys.modules else "NO-TORCH", code, file=sys.stderr)
     (["compare", "--preset", "huge"], 2), (["compare", "--tokenizer", "bpe3"], 2),
     (["sweep", "--help"], 0), (["sweep", "--lrs", "1e-3", "--steps", "0"], 2),
     (["data", "--help"], 0), (["data", "prepare", "--help"], 0), (["data", "prepare", "nope"], 2),
-    (["experiment", "--help"], 0), (["experiment", "nope"], 2),
+    (["experiment", "--help"], 0), (["experiment", "nope"], 2), (["experiment", "grokking", "--help"], 0),
+    (["experiment", "grokking", "--dualizers", "nope"], 2), (["experiment", "conv-bounds", "--help"], 0),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_help_and_argument_errors_import_no_torch(argv, code):
     proc = subprocess.run([sys.executable, "-c", CODE, *argv], capture_output=True, text=True, timeout=120)
@@ -55,3 +55,15 @@ def test_option_names_are_the_registries():
 
     assert compare_cli.OPTIMIZERS == tuple(OPTIMIZERS) and sorted(compare_cli.PRESETS) == sorted(PRESETS)
     assert compare_cli.SCHEDULES == tuple(SCHEDULES) and compare_cli.PARALLEL_MODES == tuple(PARALLEL_MODES)
+
+
+def test_experiment_option_names_are_the_experiments_tables():
+    from spectrakit.data.fashion_mnist import DEFAULT_ROOT
+    from spectrakit.experiments import conv_regularization, grokking, options, spike_noise, xor_transfer
+
+    assert options.SPIKE_NOISE_METHODS == tuple(spike_noise.METHODS)
+    assert options.CONV_REGULARIZERS == tuple(conv_regularization.REGULARIZERS)
+    assert options.FASHION_MNIST_ROOT == DEFAULT_ROOT
+    assert (options.XOR_SETS, options.XOR_WIDTHS, options.XOR_LRS) == (
+        tuple(xor_transfer.SETS), tuple(xor_transfer.DEFAULT_WIDTHS), tuple(xor_transfer.DEFAULT_LRS))
+    assert options.GROKKING_DUALIZERS == tuple(grokking.DUALIZER_RUNS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 
 from spectrakit.experiments import EXPERIMENTS
@@ -34,17 +35,22 @@ def add_arguments(parser: argparse.ArgumentParser, argv: list[str] | None = None
     sub = parser.add_subparsers(dest="experiment", metavar="NAME", required=True)
     words = [a for a in (argv or []) if not a.startswith("-")]
     chosen = words[1] if argv is not None and len(words) > 1 and words[0] == "experiment" else None
+    from spectrakit.experiments import options  # (no torch: the experiments' own modules wait for the run)
+
     for name, module in EXPERIMENTS.items():
+        doc = _docstring(module) or name
         if argv is not None and name != chosen:
-            sub.add_parser(name, help=_first_sentence(_docstring(module) or name))
+            sub.add_parser(name, help=_first_sentence(doc))
             continue
-        mod = importlib.import_module(module)
-        p = sub.add_parser(name, help=_first_sentence(mod.__doc__ or name),
-                           description=(mod.__doc__ or name).strip(),
+        p = sub.add_parser(name, help=_first_sentence(doc), description=doc.strip(),
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         p.add_argument("--out", default=f"runs/{name}", help="folder for results.json, results.md and plots")
-        mod.add_arguments(p)
-        p.set_defaults(_experiment_main=mod.main)
+        getattr(options, module.rsplit(".", 1)[1])(p)
+        p.set_defaults(_experiment_main=functools.partial(_main, module))
+
+
+def _main(module: str, args: argparse.Namespace) -> int:
+    return importlib.import_module(module).main(args)
 
 
 def run(args: argparse.Namespace) -> int:

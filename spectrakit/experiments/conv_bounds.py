@@ -15,6 +15,7 @@ import torch
 
 from spectrakit.conv import exact_zero_pad, f4_bound, tn_bound
 from spectrakit.experiments.io import invocation, report
+from spectrakit.experiments.options import conv_bounds as add_arguments  # noqa: F401 (its options)
 
 # (c, k) -> (||T||_2, F4, TN) from Grishina, Gorbunov and Rakhuba 2024 Table 2
 PAPER = {(64, 3): (49.35, 81.26, 51.51), (128, 3): (67.14, 114.68, 69.99), (256, 3): (95.71, 164.44, 96.47),
@@ -58,19 +59,9 @@ def run(channels=(64, 128, 256, 512), kernel_sizes=(3, 5, 7), input_size: int = 
     return rows
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--channels", default="64,128,256,512", help="comma-separated channel counts")
-    parser.add_argument("--kernel-sizes", default="3,5,7", help="comma-separated kernel sizes")
-    parser.add_argument("--input-size", type=int, default=32, help="spatial size n of the n x n input")
-    parser.add_argument("--iters", type=int, default=100, help="HOPM sweeps")
-    parser.add_argument("--exact-iters", type=int, default=100, help="power iterations for the exact value")
-    parser.add_argument("--samples", type=int, default=1, help="Gaussian kernels per row (means are reported)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed of the kernels")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu or cuda (default: cuda when available)")
-
-
 def main(args: argparse.Namespace) -> int:
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     ints = lambda s: tuple(int(x) for x in s.split(","))
     rows = run(ints(args.channels), ints(args.kernel_sizes), args.input_size, args.iters, args.exact_iters,
                args.seed, args.device, args.samples)

@@ -22,6 +22,7 @@ from spectrakit.conv import ConvRegularizer, tn_bound
 from spectrakit.conv.kernel import CONV_TYPES
 from spectrakit.data.fashion_mnist import DEFAULT_ROOT, MISSING, available, load_fashion_mnist
 from spectrakit.experiments.io import invocation, report
+from spectrakit.experiments.options import conv_regularization as add_arguments  # noqa: F401 (its options)
 from spectrakit.models.cnn import SmallResNet
 
 REGULARIZERS = ("none", "f4", "tn", "2norm", "ratio")
@@ -112,26 +113,9 @@ def plot(history: dict, track_layer: str, path: str) -> None:
     plt.close(fig)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--regularizers", default=",".join(REGULARIZERS),
-                        help="comma-separated regularizers to train with")
-    parser.add_argument("--epochs", type=int, default=2, help="training epochs per regularizer")
-    parser.add_argument("--train-size", type=int, default=4000, help="training images used")
-    parser.add_argument("--test-size", type=int, default=2000, help="test images used")
-    parser.add_argument("--batch-size", type=int, default=128, help="images per batch")
-    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
-    parser.add_argument("--weight-decay", type=float, default=5e-4, help="SGD weight decay")
-    parser.add_argument("--beta", type=float, default=1e-3, help="weight of the spectral regularizer")
-    parser.add_argument("--widths", default="8,16,32", help="comma-separated channel widths of the ResNet stages")
-    parser.add_argument("--track-layer", default="layers.1.conv2",
-                        help="conv layer whose TN bound is tracked per epoch")
-    parser.add_argument("--seed", type=int, default=0, help="random seed")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--root", default=DEFAULT_ROOT, help="folder with the Fashion-MNIST IDX files")
-
-
 def main(args: argparse.Namespace) -> int:
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if not available(args.root):
         raise UsageError(MISSING.format(root=args.root).replace("pass root=", "pass --root FOLDER"))
     history: dict = {}

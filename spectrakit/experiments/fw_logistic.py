@@ -28,6 +28,7 @@ import torch
 from spectrakit._files import save_figure
 from spectrakit.experiments.io import invocation, report
 from spectrakit.experiments.logistic import logistic_data, logistic_grad, logistic_loss
+from spectrakit.experiments.options import fw_logistic as add_arguments  # noqa: F401 (its options)
 from spectrakit.optim import Spectra
 
 
@@ -174,31 +175,6 @@ def plot(histories: dict, out_dir: str) -> list[str]:
         plt.close(fig)
         paths.append(path)
     return paths
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Command-line options of the experiment (``--out`` is added by the experiment CLI)."""
-    parser.add_argument("--d", type=int, default=10, help="matrix size d (X is d x d)")
-    parser.add_argument("--n", type=int, default=80, help="training samples")
-    parser.add_argument("--n-test", type=int, default=200, help="test samples")
-    parser.add_argument("--noise", type=float, default=5.0, help="label noise sigma")
-    parser.add_argument(
-        "--bs", type=float, nargs="+", default=[0.0, 0.1, 1.0],
-        help="strengths b of the Frobenius regulariser b/2 ||X||_F^2"
-    )
-    parser.add_argument("--D2s", type=float, nargs="+", default=[0.2, 1.0, 5.0],
-                        help="radii D2 of the spectral-norm ball ||X||_2 <= D2")
-    parser.add_argument("--steps", type=int, default=2000, help="iterations K")
-    parser.add_argument("--batch", type=int, default=20, help="batch size of the stochastic run (D2 = 1)")
-    parser.add_argument("--ref-iters", type=int, default=3000, help="FISTA iterations for F*")
-    parser.add_argument("--seed", type=int, default=0, help="random seed of data and runs")
-    parser.add_argument("--family", action="store_true",
-                        help="run composite Frank-Wolfe with the regularizers of --regularizers instead "
-                             "(post='spectral_lmo'; --b-values, --radii, --steps apply; default steps 1000)")
-    parser.add_argument("--regularizers", nargs="+", default=["frobenius", "nuclear", "schatten", "entropy"],
-                        choices=["frobenius", "nuclear", "schatten", "entropy"],
-                        help="regularizers of the --family run")
-    parser.add_argument("--p", type=float, default=3.0, help="Schatten exponent p of the --family run")
 
 
 def main(args: argparse.Namespace) -> int:

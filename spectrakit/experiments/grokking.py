@@ -20,9 +20,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from spectrakit._cliargs import positive_int
 from spectrakit._files import save_figure
 from spectrakit.experiments.io import table_row
+from spectrakit.experiments.options import grokking as add_arguments  # noqa: F401 (its options)
 from spectrakit.manifold import ManifoldSGD, SpectralBall
 from spectrakit.models.mlp import MLP
 
@@ -138,18 +138,6 @@ def plot(rows: list[dict], path: str) -> None:
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dualizers", nargs="+", default=list(DUALIZER_RUNS), choices=list(DUALIZER_RUNS),
-                        help="dualizers compared")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="random seeds")
-    parser.add_argument("--width", type=int, default=64, help="hidden width of the MLP")
-    parser.add_argument("--lr", type=float, default=0.1, help="learning rate")
-    parser.add_argument("--radius", type=float, default=4.0, help="radius of the spectral constraint set")
-    parser.add_argument("--momentum", type=float, default=0.9, help="momentum")
-    parser.add_argument("--max-steps", type=positive_int, default=1500, help="training steps at most")
-    parser.add_argument("--train-fraction", type=float, default=0.8, help="share of the pairs used for training")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from spectrakit._checks import check_int
 from spectrakit._files import save_figure
 from spectrakit.experiments.fw_logistic import logistic_data, logistic_grad, logistic_loss
 from spectrakit.experiments.io import invocation, report
+from spectrakit.experiments.options import spike_noise as add_arguments  # noqa: F401 (its options)
 from spectrakit.optim import Spectra
 
 METHODS = {
@@ -174,23 +175,6 @@ def plot(rows: list[dict], histories: dict, out_dir: str) -> list[str]:
         plt.close(fig)
         paths.append(path)
     return paths
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Command-line options of the experiment (``--out`` is added by the experiment CLI)."""
-    parser.add_argument("--d", type=int, default=50, help="matrix size d")
-    parser.add_argument("--n", type=int, default=100, help="training samples")
-    parser.add_argument(
-        "--noises", type=float, nargs="+", default=[10.0, 100.0, 1000.0], help="spike sizes l"
-    )
-    parser.add_argument("--rank", type=int, default=1, help="rank r of the spike noise, 1 <= r <= d")
-    parser.add_argument("--steps", type=int, default=1000, help="iterations")
-    parser.add_argument(
-        "--lrs", type=float, nargs="+", default=[2.0**k for k in range(-8, 3)], help="eta_0 grid"
-    )
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS),
-                        help="update rules to compare")
-    parser.add_argument("--seed", type=int, default=0, help="random seed")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from spectrakit._files import save_figure
 from spectrakit.experiments.io import table_row
+from spectrakit.experiments.options import xor_transfer as add_arguments  # noqa: F401 (its options)
 from spectrakit.manifold import ManifoldSGD, PSDCone, Spectrahedron, SpectralBall, Stiefel
 from spectrakit.models.mlp import MLP
 
@@ -114,20 +115,6 @@ def plot(rows: list[dict], path: str) -> None:
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--widths", type=int, nargs="+", default=list(DEFAULT_WIDTHS),
-                        help="CPU default; the paper's sweep is 16 64 256 1024 (GPU-sized)")
-    parser.add_argument("--lrs", type=float, nargs="+", default=list(DEFAULT_LRS), help="learning rates swept")
-    parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS, help="constraint sets compared")
-    parser.add_argument("--steps", type=int, default=32, help="training steps per run")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="random seeds")
-    parser.add_argument("--dualizer", default="pdhg", choices=["naive", "alternating", "pdhg", "dual_ascent"],
-                        help="how the steepest-descent direction is dualised")
-    parser.add_argument("--dualizer-steps", type=int, default=4, help="iterations of the dualizer")
-    parser.add_argument("--method", default="polar", choices=["polar", "exact"],
-                        help="matrix functions by polar iterations or exact SVD/eigh")
 
 
 def main(args: argparse.Namespace) -> int:
