@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -36,6 +39,27 @@ def time_ms(fn: Callable[[], object], device: torch.device | str, *, warmup: int
 _PROFILER_READY = False
 
 
+@contextlib.contextmanager
+def quiet_profiler() -> Iterator[None]:
+    """Send the process's native stderr (file descriptor 2) to ``/dev/null`` while the block runs: the
+    profiler's C++ library prints a ``USDT ... profiler_start`` / ``profiler_stop`` line at every session on
+    CPU builds, noise in a report. Python's own ``sys.stderr`` is flushed first and restored after."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # pragma: no cover (no descriptor 2)
+        yield
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
 def cpu_peak_extra_bytes(fn: Callable[[], object], *, python: bool = True) -> int:
     """Peak of (bytes allocated - bytes freed) on the CPU while ``fn()`` runs: from the profiler's memory
     events of PyTorch's allocator in time order (the CPU counterpart of ``torch.cuda.max_memory_allocated() -
@@ -52,7 +76,7 @@ def cpu_peak_extra_bytes(fn: Callable[[], object], *, python: bool = True) -> in
     if not _PROFILER_READY:
         # the first session of a process imports the profiler's own modules: once, untraced, so that they
         # count in no figure (tracemalloc saw a 68 MB peak) and load fast (8.7 s traced, 1.8 s untraced)
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+        with quiet_profiler(), profile(activities=[ProfilerActivity.CPU], profile_memory=True):
             pass
         _PROFILER_READY = True
     started = python and not tracemalloc.is_tracing()
@@ -63,7 +87,7 @@ def cpu_peak_extra_bytes(fn: Callable[[], object], *, python: bool = True) -> in
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
     try:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with quiet_profiler(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             fn()
             # (read before the profiler's own bookkeeping at exit)
             py_peak = tracemalloc.get_traced_memory()[1] - base if python else 0

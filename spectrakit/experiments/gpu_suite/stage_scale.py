@@ -32,6 +32,7 @@ import torch
 
 from spectrakit._files import save_figure, write_atomic
 from spectrakit.experiments.io import markdown_table
+from spectrakit.linalg.timing import quiet_profiler
 from spectrakit.models.llama import Llama, LlamaConfig, preset_config
 from spectrakit.train.optimizers import build_optimizer
 
@@ -114,7 +115,7 @@ def launches(step, ctx) -> int:
     if not ctx.cuda:
         Spectra._per_tensor = staticmethod(lambda device: False)
     try:
-        with profile(activities=acts) as prof:
+        with quiet_profiler(), profile(activities=acts) as prof:
             step()
             _sync(ctx)
     finally:
