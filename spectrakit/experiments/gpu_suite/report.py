@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING, Any
 
-from spectrakit._files import write_atomic
+from spectrakit._files import read_regular, write_atomic
 from spectrakit.experiments.io import environment, markdown_table
 
 if TYPE_CHECKING:
@@ -56,11 +56,11 @@ def environment_info(device: torch.device) -> dict[str, str]:
 
 
 def _load(path: str) -> dict[str, Any]:
+    """An earlier report (a regular file of at most 64 MiB), else ``{}``."""
     try:
-        with open(path) as f:
-            data = json.load(f)
+        data = json.loads(read_regular(path, what="report"))
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 

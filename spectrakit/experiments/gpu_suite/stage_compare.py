@@ -15,6 +15,8 @@ import signal
 import subprocess
 import sys
 
+from spectrakit._files import read_regular
+
 from . import StageResult
 
 TINY = ["--setting", "cpu", "--preset", "tiny", "--tokenizer", "bytes", "--steps", "3", "--batch-size", "2",
@@ -82,13 +84,12 @@ def run(ctx) -> StageResult:
                  for f in ("results.md", "results.json", "loss_curves.png", "weight_norms.png")
                  if os.path.exists(os.path.join(folder, f))] + ["compare.log"]
     try:
-        with open(os.path.join(folder, "results.json")) as f:
-            data = json.load(f)
+        data = json.loads(read_regular(os.path.join(folder, "results.json"), what="results"))
         rows, columns = data.get("rows", []), data.get("columns")
         if columns:  # the column order of compare's own table
             rows = [{c: r.get(c) for c in columns if c in r} for r in rows]
         res.tables[data.get("name", "compare")] = rows
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError, RecursionError):  # (no table: the stage's error says why)
         pass
     if rc is None:
         res.ok = False
