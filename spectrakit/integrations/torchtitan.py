@@ -31,6 +31,7 @@ update of Jiang, Semenov and Stich (2026), Alg. 2:
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ from spectrakit.optim import (
     DMuon,
     Lion,
     Muon,
+    ParamGroupWarning,
     Signum,
     Spectra,
     SpectraAdamW,
@@ -95,7 +97,11 @@ def build_optimizer(name: str, param_groups: list[dict[str, Any]], **kwargs: Any
     check_choice(name, "optimizer_name", OPTIMIZERS)
     groups = [{k: v for k, v in g.items() if k not in IMPLEMENTATION_KEYS} for g in param_groups]
     try:
-        return OPTIMIZERS[name](groups, **kwargs)
+        with warnings.catch_warnings():
+            # torchtitan's convention is one group per optimizer (as its default AdamW); the routing of
+            # embeddings, norms and the head is spectra_optimizers(adamw_pattern=...), not param_groups(model)
+            warnings.simplefilter("ignore", ParamGroupWarning)
+            return OPTIMIZERS[name](groups, **kwargs)
     except (TypeError, ValueError) as e:
         raise type(e)(f"torchtitan optimizer {name!r}: {e}") from e
 

@@ -36,7 +36,7 @@ from spectrakit.optim.presets import (
     SpectraSignum,
 )
 from spectrakit.optim.schedules import clip_threshold, make_schedule
-from spectrakit.optim.spectra import Spectra
+from spectrakit.optim.spectra import ParamGroupWarning, Spectra
 from spectrakit.optim.transforms import POST_TRANSFORMS, update_scale
 
 
@@ -59,6 +59,7 @@ def __getattr__(name: str):
 __all__ = [
     "BASES",
     "POST_TRANSFORMS",
+    "ParamGroupWarning",
     "Spectra",
     "clip_threshold",
     "make_schedule",
