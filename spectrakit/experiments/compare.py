@@ -343,6 +343,16 @@ def _ratio_pct(a, b) -> float | None:
     return 100.0 * (a / b - 1.0) if ok else None
 
 
+def _load_note(rows: list[dict]) -> str:
+    """A remark for the table's title when the machine's load average moved by more than 1 during the runs
+    (their ``step_ms`` are wall times under different loads; ``overhead_%`` is measured in pairs)."""
+    loads = [x for r in rows for x in (r.get("load") or []) if isinstance(x, (int, float)) and x == x]
+    if len(loads) < 2 or max(loads) - min(loads) <= 1.0:
+        return ""
+    return (f"; the load average moved from {min(loads):.1f} to {max(loads):.1f} during the runs: step_ms are "
+            "wall times under different loads, overhead_% is measured in pairs")
+
+
 def _with_overheads(rows: list[dict]) -> list[dict]:
     by_key = {(r["optimizer"], r["seed"]): r for r in rows}
     for r in rows:
@@ -585,7 +595,7 @@ def _run(args: argparse.Namespace) -> int:
         report(
             f"compare: {cfg['preset']} model, {cfg['steps']} steps x "
             f"{cfg['batch_size']}x{cfg['seq_len']} tokens, "
-            f"{args.corpus}/{cfg['tokenizer']} (validation unigram entropy {h1:.3f} nats)",
+            f"{args.corpus}/{cfg['tokenizer']} (validation unigram entropy {h1:.3f} nats)" + _load_note(rows),
             public,
             args.out,
             command=command,

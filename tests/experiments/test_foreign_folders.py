@@ -157,3 +157,11 @@ def test_undefined_ratios_are_dashes():
     assert _ratio_pct(2.0, 1.0) == pytest.approx(100.0)
     for a, b in ((1.0, 0.0), (0.0, 1.0), (float("nan"), 1.0), (None, 1.0), (1.0, float("inf"))):
         assert _ratio_pct(a, b) is None
+
+
+def test_a_load_change_is_marked_in_the_title():
+    from spectrakit.experiments.compare import _load_note
+
+    assert _load_note([{"load": [0.1, 0.3]}, {"load": [0.2, 0.9]}]) == ""
+    note = _load_note([{"load": [0.1, 0.3]}, {"load": [0.2, 2.5]}])
+    assert "moved from 0.1 to 2.5" in note and "measured in pairs" in note
