@@ -110,7 +110,8 @@ def _params():
     return [torch.nn.Parameter(torch.randn(*s, generator=g)) for s in [(6, 10), (6, 10), (10, 6), (4, 3, 3, 3), (7,)]]
 
 
-PRESETS = [n for n in O.__all__ if isinstance(getattr(O, n), type) and n != "Spectra"]
+PRESETS = [n for n in O.__all__ if isinstance(getattr(O, n), type) and issubclass(getattr(O, n), O.Spectra)
+           and n != "Spectra"]
 CONFIGS = [(n, {}) for n in PRESETS] + [
     ("Spectra", dict(base="adamw", post="soft_clip", pre_c=1.0)),
     ("Spectra", dict(base="signum", post="hardcap", vector_clip=True)),
