@@ -19,7 +19,8 @@ MAX_JSON_BYTES = 64 << 20
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-def _fsync_dir(folder: str) -> None:
+def fsync_dir(folder: str) -> None:
+    """fsync a directory, so that a rename inside it survives a power loss (no-op where unsupported)."""
     try:
         fd = os.open(folder or ".", os.O_RDONLY)
     except OSError:  # pragma: no cover (platforms without directory fds)
@@ -52,7 +53,7 @@ def atomic_path(path: str) -> Iterator[str]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
-    _fsync_dir(folder)
+    fsync_dir(folder)
 
 
 def write_atomic(path: str, data: str | bytes) -> None:

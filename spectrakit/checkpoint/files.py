@@ -10,6 +10,8 @@ import stat
 
 import torch
 
+from spectrakit._files import fsync_dir
+
 TMP = ".tmp-"  # prefix of everything a save writes before it is published
 
 
@@ -53,20 +55,6 @@ def is_regular(path: str) -> bool:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
-
-
-def fsync_dir(path: str) -> None:
-    """fsync a directory, so that a rename inside it survives a power loss (no-op where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover (platforms without directory fds)
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
 
 
 class _Writer:

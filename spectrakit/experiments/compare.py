@@ -1,14 +1,6 @@
-"""Train a small LLaMA-style LM with several optimizers and compare them (default: AdamW vs SpectraAdamW).
+"""Train a small LLaMA-style LM with several optimizers and compare them: the runs, their rows and results.
 
-Every optimizer trains the same model (same initialisation seed), on the same data in the same order, with
-the same LR schedule (Jiang, Semenov and Stich 2026 §6.2: WSD with square-root decay over the final 20%, linear
-warm-up). The
-table reports the final validation loss and perplexity, the mean step time (forward + backward + optimizer)
-and SPECTRA's overhead over its base optimizer, and the largest weight and update spectral norms and the
-aggregated weight ``l_inf`` norm at the end (Jiang, Semenov and Stich 2026 Fig. 4). Without arguments it runs the
-``cpu``
-setting (tiny model, ~3-5 min on 2 CPU cores) or, on CUDA, the larger ``cuda`` setting; results (table,
-JSON, loss-curve and weight-norm plots, per-run logs) go to ``--out``.
+What the command does and its options: :mod:`spectrakit.experiments.compare_cli` (its description).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Tune the learning rate of several optimizers over seeds: a grid of `spectrakit compare` runs.
+"""Tune the learning rate of several optimizers over seeds: the grid of `spectrakit compare` runs.
 
-Every (optimizer, LR, seed[, c]) point trains with the compare settings (every compare option applies) in its
-own folder under ``--out``; a finished point (its ``run.json`` complete) is skipped when the sweep is run
-again. Per optimizer the best LR minimises the mean validation loss over seeds (diverged points are kept in
-the table but never chosen), as in the tuned comparisons of Jiang, Semenov and Stich (2026, §6.2, Fig. 2-3,
-Table 3). Writes ``sweep.json``, ``sweep.md``, the LR-sensitivity plot (validation loss vs LR), the loss
-curves and weight norms at the best LRs and, with ``--cs``, validation loss vs SPECTRA's clip threshold ``c``.
+What the command does and its options: :mod:`spectrakit.experiments.sweep_cli` (its description).
 """
 
 from __future__ import annotations
