@@ -25,8 +25,8 @@ Guarantees:"""
 # - **Contained**: ``latest`` names exactly one step folder of the run folder; no path in a manifest or in DCP
 #   metadata leads outside its step folder; symbolic links in a step folder are refused.
 # - **No code execution**: every file is read with ``torch.load(weights_only=True)``, which only rebuilds
-#   tensors and plain containers; DCP metadata is unpickled with an exact allow-list of DCP's own classes
-#   (:func:`check_metadata`).
+#   tensors and plain containers; DCP metadata is read once by our restricted unpickler and handed to DCP
+#   through our own storage reader (:func:`~spectrakit.checkpoint.metadata.read_metadata`).
 # - **Disk full**: a failed save removes its partial files, keeps the previous checkpoint and raises
 #   :class:`CheckpointError` "no space left on device: <path> ..." (its ``errno`` is ``errno.ENOSPC``).
 #
