@@ -471,6 +471,8 @@ def _check_out_folder(args: argparse.Namespace) -> None:
 
     if args.resume and args.force:
         raise UsageError("--resume and --force exclude each other")
+    if not runfolders.main_process():  # rank 0 of a torchrun job checks, claims and cleans --out alone
+        return
     runfolders.claim_out(args.out, "compare")  # new, empty or a comparison's: never another folder
     old = run_folders(args.out)
     leftovers = [f for f in ("results.json", "results.md") if os.path.exists(os.path.join(args.out, f))]

@@ -66,10 +66,16 @@ def locked(out: str, *, shared: bool = False, name: str = LOCK, flag: str = "--o
         os.close(fd)  # releases the lock
 
 
+def main_process() -> bool:
+    """Whether this process is rank 0 of a ``torchrun`` job (or not under one): the only process that checks,
+    claims, cleans or writes ``--out``, so that ranks never race on it."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def lock_out(out: str | None, *, shared: bool = False, name: str = LOCK):
     """:func:`locked` for a command's ``--out``: in rank 0 of a ``torchrun`` job only (the other ranks write
     nothing there), and not at all without ``--out``."""
-    if not out or os.environ.get("RANK", "0") != "0":
+    if not out or not main_process():
         return contextlib.nullcontext()
     return locked(out, shared=shared, name=name)
 

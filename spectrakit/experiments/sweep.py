@@ -275,7 +275,7 @@ def sweep(*, lrs, cs=(), out: str = "runs/sweep", tol: float = 0.05, shard: tupl
     cfg = checked.resolved()  # validate before any run
     # a sweep always continues its --out: its points must keep the options they were started with
     runfolders.start(out, "sweep", cmp.run_options(checked, cfg, SWEEP_OPTIONS), resume=True,
-                     write=os.environ.get("RANK", "0") == "0")
+                     write=runfolders.main_process())
     res = {"rows": [], "ran": [], "skipped": [], "pending": [], "extended": []}
     todo = grid(names, tuple(lrs), seeds, tuple(cs))
     known = {run_name(p) for p in todo}
@@ -312,7 +312,7 @@ def _visit(point: dict, index: int, size: int, out: str, shard: tuple[int, int],
         state = "finished before, skipped" if row is not None else "training"
         print(f"sweep [{index}/{size}] {name}: {state}", file=sys.stderr, flush=True)
     if row is None:
-        if os.environ.get("RANK", "0") == "0":
+        if runfolders.main_process():
             runfolders.make_run(out, name)
         row = _run_or_resume(run_dir, point, options)
         res["ran"].append(name)
@@ -451,10 +451,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, t0: float, lrs, cs, shard, opts: dict) -> int:
-    if os.environ.get("RANK", "0") == "0":
+    if runfolders.main_process():  # the other ranks of a torchrun job neither check nor clean --out
         runfolders.claim_out(args.out, "sweep")  # new, empty or a sweep's: never another folder
-    if args.force:  # only what a sweep wrote: other folders in --out stay
-        runfolders.remove_runs(args.out, OUTPUTS)
+        if args.force:  # only what a sweep wrote: other folders in --out stay
+            runfolders.remove_runs(args.out, OUTPUTS)
     try:
         with interrupt.graceful():
             result = sweep(lrs=lrs, cs=cs, out=args.out, tol=args.tol, shard=shard, extend=args.extend, **opts)

@@ -165,3 +165,30 @@ def test_a_load_change_is_marked_in_the_title():
     assert _load_note([{"load": [0.1, 0.3]}, {"load": [0.2, 0.9]}]) == ""
     note = _load_note([{"load": [0.1, 0.3]}, {"load": [0.2, 2.5]}])
     assert "moved from 0.1 to 2.5" in note and "measured in pairs" in note
+
+
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_only_rank_0_checks_claims_and_cleans_out(tmp_path, monkeypatch, command):
+    """Under torchrun every rank parses the same command line; rank 0 alone claims and cleans --out, so a
+    rank that starts a moment later never sees rank 0's half-written marker (or its --force deletion)."""
+    import argparse
+
+    from spectrakit.experiments import compare, sweep
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f".tmp-{runfolders.OUT_MARKER}-123").write_text("{")  # rank 0's marker, mid write_atomic
+    runfolders.make_run(str(out), "run-a")  # a run of the previous job: --force is rank 0's to delete
+    before = sorted(os.listdir(out))
+    monkeypatch.setenv("RANK", "1")
+    if command == "compare":
+        compare._check_out_folder(argparse.Namespace(out=str(out), resume=False, force=True))
+    else:
+        monkeypatch.setattr(sweep, "sweep", lambda **kw: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):  # stops right after the --out handling
+            args = argparse.Namespace(out=str(out), force=True, dist_timeout=1.0, tol=0.1, extend=False)
+            sweep._run(args, 0.0, [], [], (0, 1), {})
+    assert sorted(os.listdir(out)) == before and runfolders.owned(str(out / "run-a"))  # nothing read or written
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(runfolders.UsageError, match="not empty"):  # rank 0 does check
+        compare._check_out_folder(argparse.Namespace(out=str(out), resume=False, force=False))
