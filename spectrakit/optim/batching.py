@@ -16,7 +16,9 @@ from spectrakit.optim.opaque import (
 )
 from spectrakit.optim.transforms import (
     POST_TRANSFORMS,
+    block_shape,
     matrix_shape,
+    on_blocks,
     post_kwargs,
     update_scale,
     workspace_numel,
@@ -73,6 +75,8 @@ class BatchingMixin:
             if p.grad.is_sparse:
                 raise ValueError("sparse gradients are not supported by Spectra")
             key = ("matrix", matrix_shape(p.shape)) if p.ndim >= 2 else ("flat", None)
+            if key[0] == "matrix" and group["split_fused"] is not None:
+                block_shape(key[1], group["split_fused"])  # a ValueError when the blocks do not tile it
             buckets.setdefault((*key, p.dtype, p.device), []).append(p)
         cap = group["max_batch_numel"]
         if cap is None:
@@ -127,6 +131,7 @@ class BatchingMixin:
         if torch.compiler.is_compiling():
             return self._plan(group), None
         key = (group["post"], group["scale"], group["vector_clip"], group["pre_c"], group["max_batch_numel"],
+               group["split_fused"],
                tuple((id(p), p.shape, p.dtype, p.device, p.grad is None) for p in group["params"]))
         slot = ("plan", id(group))
         hit = self._scratch_bufs.get(slot)
@@ -178,8 +183,10 @@ class BatchingMixin:
         directions ``U`` stacks, in order), ``stage`` (``"pre"`` or ``"post"``), ``post`` (the transform
         name, a key of ``POST_TRANSFORMS``; the group's ``pre`` name for the pre-clip), ``c`` (float
         threshold; a 0-d float64 CPU tensor in a step traced by ``torch.compile`` during a step-dependent clip
-        schedule, :meth:`_clip_thresholds`), ``steps`` (iteration count or None) and ``dtype`` (compute dtype
-        or None). Returns the transformed batches (same shapes; may be ``U`` itself, overwritten: ``"none"``
+        schedule, :meth:`_clip_thresholds`), ``steps`` (iteration count or None), ``dtype`` (compute dtype
+        or None) and ``split`` (optional: the group's ``split_fused``, each block transformed as a matrix of its
+        own, :func:`~spectrakit.optim.transforms.on_blocks`). Returns the transformed batches (same shapes;
+        may be ``U`` itself, overwritten: ``"none"``
         and the in-place variant ``fn.inplace`` of a transform, used when present, e.g. the fast soft clip).
         This is the step a distributed subclass overrides (split each batch by owner rank, transform the own
         slice, exchange)."""
@@ -190,7 +197,7 @@ class BatchingMixin:
             fn = POST_TRANSFORMS[b["post"]]
             fn = getattr(fn, "inplace", fn)  # the in-place variant where one exists (may overwrite U)
             fn = functools.partial(fn, **b["post_kwargs"]) if fn is not None and b.get("post_kwargs") else fn
-            out.append(b["U"] if fn is None else fn(b["U"], b["c"], b["steps"], b["dtype"]))
+            out.append(b["U"] if fn is None else on_blocks(fn, b["U"], b.get("split"), b["c"], b["steps"], b["dtype"]))
         return out
 
     def _pre_transform_groups(self, batches: list[dict]) -> list[torch.Tensor]:
@@ -202,11 +209,12 @@ class BatchingMixin:
 
     def _update_scale(self, group: dict, kind: str, shape: tuple | None, params: list[torch.Tensor]) -> float:
         """``alpha`` of one batch: ``update_scale(scale, post, m, n)`` for a ``"matrix"`` batch of
-        matrix shape ``shape = (m, n)`` (:func:`~spectrakit.optim.transforms.update_scale`), the numeric
+        matrix shape ``shape = (m, n)`` (:func:`~spectrakit.optim.transforms.update_scale`; of one block
+        with ``split_fused``), the numeric
         ``scale`` or 1 for a ``"flat"`` batch. A subclass whose ``params`` are shards of larger tensors
         overrides it to use the global shape."""
         if kind == "matrix":
-            return update_scale(group["scale"], group["post"], *shape)
+            return update_scale(group["scale"], group["post"], *block_shape(shape, group["split_fused"]))
         return group["scale"] if not isinstance(group["scale"], str) else 1.0
 
     def _warm_transforms(self, group: dict, device: torch.device, dtype: torch.dtype) -> None:

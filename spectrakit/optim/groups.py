@@ -104,23 +104,30 @@ def _default_scale_post(optimizer) -> tuple:
     return preset.get("scale", "auto"), post
 
 
-def _split_transposed(params, names, transposed, optimizer) -> tuple[list, list, dict]:
-    """Split a spectral group's parameters into the plain ones and, per value of ``alpha`` of the true
-    ``(out, in)`` matrix, the transposed ones (only where the scale depends on the orientation)."""
-    from spectrakit.optim.transforms import update_scale
+def _split_transposed(params, names, transposed, optimizer, fused) -> tuple[list, list, dict]:
+    """Split a spectral group's parameters into the plain ones and, per ``(alpha, blocks)``, the transposed ones
+    (``alpha`` of the true ``(out, in)`` matrix, or of one block: only where the scale depends on the
+    orientation; else None) and the fused ones (``blocks`` from :func:`fused_splits`)."""
+    from spectrakit.optim.transforms import block_shape, update_scale
 
     scale, post = _default_scale_post(optimizer)
-    plain, by_alpha = ([], []), {}
+    plain, by_key = ([], []), {}
+    oriented = scale in ("spectra", "muon", "auto") and not (scale == "auto" and post == "none")
     for p, n in zip(params, names):
-        if id(p) in transposed and scale in ("spectra", "muon", "auto") and not (scale == "auto" and post == "none"):
-            alpha = update_scale(scale, post, int(p.shape[1]), int(p.shape[0]))
-            ps, ns = by_alpha.setdefault(alpha, ([], []))
-            ps.append(p)
-            ns.append(n)
+        blocks = fused.get(id(p), (1, 1))
+        if id(p) in transposed and oriented:
+            bm, bn = block_shape((int(p.shape[0]), int(math.prod(p.shape[1:]))), blocks)
+            key = (update_scale(scale, post, bn, bm), blocks)
+        elif blocks != (1, 1):
+            key = (None, blocks)
         else:
             plain[0].append(p)
             plain[1].append(n)
-    return plain[0], plain[1], by_alpha
+            continue
+        ps, ns = by_key.setdefault(key, ([], []))
+        ps.append(p)
+        ns.append(n)
+    return plain[0], plain[1], by_key
 
 
 def _is_muon(optimizer) -> bool:
@@ -174,6 +181,7 @@ def param_groups(
     head_names=(),
     adamw_lr: float | None = None,
     adamw_betas: tuple[float, float] = ADAMW_BETAS,
+    split_fused: dict | None = None,
 ) -> ParamGroups:
     """Param groups of ``model`` for a spectral optimizer (or any ``torch.optim`` optimizer).
 
@@ -194,12 +202,17 @@ def param_groups(
         head_names: parameter or module names of an output head the shape rule does not find.
         adamw_lr: LR of the ``"adamw"`` groups, > 0 (default: the optimizer's ``lr``).
         adamw_betas: betas of the ``"adamw"`` groups (default (0.8, 0.999), the AdamW of the SPECTRA paper).
+        split_fused: ``{name: k}``: the matrices whose parameter or module name is ``name`` or ends with
+            ``"." + name`` hold ``k`` equal blocks along their output dimension (a fused QKV weight: 3), each
+            updated as a matrix of its own (their group's ``split_fused``, rows or, for an ``(in, out)`` weight,
+            columns); see :func:`fused_splits`.
 
     Returns:
         :class:`ParamGroups`, a list of dicts ``{"params": [...], "weight_decay": ..., ...}``.
 
     Raises:
-        ValueError: an unknown option, ``weight_decay < 0`` or ``adamw_lr <= 0``. TypeError: ``model`` is not
+        ValueError: an unknown option, ``weight_decay < 0``, ``adamw_lr <= 0``, or a ``split_fused`` name that
+        matches no matrix or a ``k`` that does not divide its output dimension. TypeError: ``model`` is not
         an ``nn.Module``.
     """
     if not isinstance(model, nn.Module):
@@ -232,20 +245,58 @@ def param_groups(
         buckets[target][1].append(name)
     groups, kinds, names = [], [], []
     transposed = transposed_weights(model)
+    fused = fused_splits(buckets["matrix"][0], buckets["matrix"][1], transposed, split_fused)
     for kind, (ps, ns) in buckets.items():
         wd = 0.0 if kind == "vector" else float(weight_decay)
         split = {}
         if kind == "matrix":
-            ps, ns, split = _split_transposed(ps, ns, transposed, optimizer)
+            ps, ns, split = _split_transposed(ps, ns, transposed, optimizer, fused)
         if ps:
             groups.append({"params": ps, "weight_decay": wd, **(routes[kind] or {})})
             kinds.append("head" if kind == "embedding" and not any(id(p) in embeds for p in ps) else kind)
             names.append(ns)
-        for alpha, (tps, tns) in split.items():  # (in, out) weights: the scale of their (out, in) matrix
-            groups.append({"params": tps, "weight_decay": wd, "scale": alpha})
-            kinds.append("matrix(in,out)")
+        for (alpha, blocks), (tps, tns) in split.items():  # (in, out) or fused weights: groups of their own
+            group = {"params": tps, "weight_decay": wd}
+            if alpha is not None:  # the scale of the (out, in) matrix (of one block)
+                group["scale"] = alpha
+            if blocks != (1, 1):
+                group["split_fused"] = blocks
+            groups.append(group)
+            label = "matrix(in,out)" if id(tps[0]) in transposed else "matrix"
+            kinds.append(label + (f" split {blocks[0]}x{blocks[1]}" if blocks != (1, 1) else ""))
             names.append(tns)
     return ParamGroups(groups, kinds, names, optimizer)
+
+
+def fused_splits(params, names, transposed: set[int], split_fused: dict | None) -> dict[int, tuple[int, int]]:
+    """``{id(p): (r, c)}``, the blocks of each fused matrix named in ``split_fused`` (see :func:`param_groups`):
+    ``(k, 1)`` for a weight stored ``(out, in)``, ``(1, k)`` for one stored ``(in, out)``; conv kernels split their
+    output channels. Every name must match a matrix and every ``k`` divide its output dimension (ValueError)."""
+    if not split_fused:
+        return {}
+    if not isinstance(split_fused, dict):
+        raise TypeError(f"split_fused must be a dict {{name: blocks}}, got {type(split_fused).__name__}")
+    out, used = {}, set()
+    for p, name in zip(params, names):
+        module = name.rpartition(".")[0]
+        for key, k in split_fused.items():
+            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+                raise ValueError(f"split_fused[{key!r}] must be an int >= 1 (blocks along the output dimension), "
+                                 f"got {k!r}")
+            if not any(x == key or x.endswith("." + key) for x in (name, module)):
+                continue
+            used.add(key)
+            flipped = id(p) in transposed
+            rows = int(p.shape[1] if flipped else p.shape[0])
+            if rows % k:
+                raise ValueError(f"split_fused[{key!r}] = {k} does not divide the output dimension {rows} of "
+                                 f"{name} (shape {tuple(p.shape)})")
+            out[id(p)] = (1, k) if flipped else (k, 1)
+    missing = sorted(set(split_fused) - used)
+    if missing:
+        raise ValueError(f"split_fused names {missing} match no matrix parameter of the model (names are "
+                         "parameter or module names, or their last parts, e.g. 'c_attn' or 'in_proj_weight')")
+    return out
 
 
 def _update_rule(group: dict, defaults: dict, p: torch.Tensor) -> str:
@@ -260,13 +311,14 @@ def _update_rule(group: dict, defaults: dict, p: torch.Tensor) -> str:
 
 
 def _alpha(group: dict, defaults: dict, p: torch.Tensor) -> str:
-    from spectrakit.optim.transforms import update_scale
+    from spectrakit.optim.transforms import block_shape, update_scale
 
     scale = group.get("scale", defaults.get("scale", "auto"))
     post = group.get("post", defaults.get("post", "soft_clip"))
     if p.ndim < 2:
         return f"{scale:g}" if not isinstance(scale, str) else "1"
-    return f"{update_scale(scale, post, int(p.shape[0]), int(math.prod(p.shape[1:]))):.3g}"
+    shape = block_shape((int(p.shape[0]), int(math.prod(p.shape[1:]))), group.get("split_fused"))
+    return f"{update_scale(scale, post, *shape):.3g}"
 
 
 def param_group_table(groups, model: nn.Module | None = None, *, defaults=None, names=None, kinds=None) -> str:

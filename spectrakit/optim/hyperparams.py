@@ -22,6 +22,7 @@ from spectrakit.optim.transforms import (
     POST_TRANSFORMS,
     PRE_TRANSFORMS,
     SCALES,
+    check_split,
     post_kwargs,
 )
 
@@ -74,6 +75,7 @@ class HyperMixin:
             raise ValueError(f"vector_clip must be False, True or 'reference', got {group['vector_clip']!r}")
         if group["max_batch_numel"] is not None:
             check_int(group["max_batch_numel"], "max_batch_numel", low=1)
+        check_split(group["split_fused"])
         if isinstance(group["scale"], str):
             check_choice(group["scale"], "scale", SCALES)
         else:

@@ -62,7 +62,7 @@ import torch
 from spectrakit.optim.fused import number_tensor
 from spectrakit.optim.joint import stack_scalars
 from spectrakit.optim.schedules import clip_threshold
-from spectrakit.optim.transforms import LMO_POSTS, POST_TRANSFORMS
+from spectrakit.optim.transforms import LMO_POSTS, POST_TRANSFORMS, check_split, on_blocks
 
 _SCRATCH = threading.local()  # per-thread scratch of the checks (_aminmax_out)
 
@@ -72,31 +72,33 @@ def _alias(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _one_(U: torch.Tensor, name: str, c: float, steps: int | None, dtype: torch.dtype | None,
-          kwargs: dict) -> None:
+          kwargs: dict, split=None) -> None:
     """Overwrite the batch ``U`` with its transform, by the eager step's own call: the in-place variant
     ``fn.inplace`` where one exists, on ``U`` itself when it is contiguous (the eager step's work tensor is), else
-    on a contiguous copy written back."""
+    on a contiguous copy written back; ``split``: per block (:func:`~spectrakit.optim.transforms.on_blocks`)."""
     fn = POST_TRANSFORMS[name] if c != math.inf else None  # c = inf: no clip (as the eager step)
     if fn is None:
         return
     x = U if U.is_contiguous() else U.contiguous()
-    out = getattr(fn, "inplace", fn)(x, c, steps, dtype, **kwargs)
-    if out is not U:  # a new tensor, the contiguous copy, or a view of U (copied first: no overlapping copy)
-        U.copy_(out.clone() if _alias(out, U) else out)
+    out = on_blocks(functools.partial(getattr(fn, "inplace", fn), **kwargs), x, split, c, steps, dtype)
+    if out is U or (out.data_ptr() == U.data_ptr() and out.stride() == U.stride()):  # U itself, overwritten
+        return
+    U.copy_(out.clone() if _alias(out, U) else out)  # a new tensor, the copy, or an overlapping view of U
 
 
 def _post_transform_(U: list[torch.Tensor], name: str, c: float, steps: int | None, dtype: torch.dtype | None,
-                     regularizer: str, b: float, p: float | None) -> None:
-    """The kernel: each batch of ``U`` overwritten with its transform ``name``."""
+                     regularizer: str, b: float, p: float | None, split: list[int]) -> None:
+    """The kernel: each batch of ``U`` overwritten with its transform ``name`` (per block, ``split = [r, c]``)."""
     kwargs = {"regularizer": regularizer, "b": b, "p": p} if name in LMO_POSTS else {}
     for u in U:
-        _one_(u, name, c, steps, dtype, kwargs)
+        _one_(u, name, c, steps, dtype, kwargs, tuple(split))
 
 
 def _post_transform_scheduled_(U: list[torch.Tensor], name: str, c: torch.Tensor, steps: int | None,
-                               dtype: torch.dtype | None, regularizer: str, b: float, p: float | None) -> None:
+                               dtype: torch.dtype | None, regularizer: str, b: float, p: float | None,
+                               split: list[int]) -> None:
     """The kernel with the threshold as a 0-d CPU tensor (read on the host: no device sync)."""
-    _post_transform_(U, name, float(c), steps, dtype, regularizer, b, p)
+    _post_transform_(U, name, float(c), steps, dtype, regularizer, b, p, split)
 
 
 def _threshold(steps_taken: torch.Tensor, lr: torch.Tensor, c: float, peak_lr: float, warmup_steps: int, warmup: str,
@@ -263,7 +265,7 @@ _LIB.define("count_step_(Tensor(a!) counter) -> ()")
 _LIB.impl("count_step_", count_step, "CompositeExplicitAutograd")
 torch.library.register_fake("spectrakit::count_step_", lambda counter: None, lib=_LIB)
 count_step_op = torch.ops.spectrakit.count_step_.default
-_ARGS = "int? steps, ScalarType? dtype, str regularizer, float b, float? p) -> ()"
+_ARGS = "int? steps, ScalarType? dtype, str regularizer, float b, float? p, int[] split) -> ()"
 _LIB.define(f"post_transform_(Tensor(a!)[] U, str name, float c, {_ARGS}")
 _LIB.define(f"post_transform_.scheduled(Tensor(a!)[] U, str name, Tensor c, {_ARGS}")
 _LIB.impl("post_transform_", _post_transform_, "CompositeExplicitAutograd")
@@ -305,7 +307,8 @@ def _key(batch: dict) -> tuple:
     """The arguments of a batch's call but the threshold (compared by :func:`_same_c`)."""
     kw = batch.get("post_kwargs") or {}
     return (batch["post"], batch["steps"], batch["dtype"], str(kw.get("regularizer", "frobenius")),
-            float(kw.get("b", 1.0)), None if kw.get("p") is None else float(kw["p"]))
+            float(kw.get("b", 1.0)), None if kw.get("p") is None else float(kw["p"]),
+            list(check_split(batch.get("split"))))
 
 
 def _same_c(a, b) -> bool:

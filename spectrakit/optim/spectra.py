@@ -169,6 +169,11 @@ class Spectra(StateDictMixin, VerdictMixin, BatchingMixin, HyperMixin, torch.opt
             least ``MIN_BATCH_NUMEL`` = 2^20), so the peak extra memory of a step is about one copy of
             the largest parameter (the 12-24 matrices of one transformer weight type still form 1-4
             batches).
+        split_fused: None (default: every matrix is one matrix) or the blocks of a fused weight, each updated as
+            a matrix of its own: an int ``r`` (``r`` equal row blocks, e.g. 3 for a QKV weight ``(3d, d)`` stored
+            ``(out, in)``) or a pair ``(r, c)`` (rows and columns, e.g. ``(1, 3)`` for Hugging Face's ``Conv1D``
+            ``c_attn`` stored ``(d, 3d)``). Post- and pre-clip, and ``alpha``, then act per block, as on separate
+            Q, K, V layers (the paper's per-matrix map); ``param_groups(model, split_fused=...)`` sets it by name.
         regularizer, b, p: the regularised Frank–Wolfe post-transforms (Jiang, Semenov & Stich 2026, §3.1):
             ``post="spectral_lmo"`` maps every singular value ``s`` of the direction to the minimiser
             ``s*`` of ``-s x + psi(x)`` over ``[0, c]`` for ``regularizer`` ``"frobenius"``
@@ -228,6 +233,7 @@ class Spectra(StateDictMixin, VerdictMixin, BatchingMixin, HyperMixin, torch.opt
         vector_clip: bool | str = False,
         peak_lr: float | None = None,
         max_batch_numel: int | None = None,
+        split_fused=None,
         regularizer: str = "frobenius",
         b: float = 1.0,
         p: float | None = None,
@@ -259,6 +265,7 @@ class Spectra(StateDictMixin, VerdictMixin, BatchingMixin, HyperMixin, torch.opt
             vector_clip=vector_clip,
             peak_lr=peak_lr,
             max_batch_numel=max_batch_numel,
+            split_fused=split_fused,
             regularizer=regularizer,
             b=b,
             p=p,
@@ -607,7 +614,7 @@ class Spectra(StateDictMixin, VerdictMixin, BatchingMixin, HyperMixin, torch.opt
             if pre_c_k is not None:
                 if kind == "matrix":
                     pre = {"U": buf, "params": params, "stage": "pre", "post": group["pre"], "c": pre_c_k,
-                           "steps": group["post_steps"], "dtype": pdt}
+                           "steps": group["post_steps"], "dtype": pdt, "split": group["split_fused"]}
                     res = self._pre_transform_groups([pre])[0]
                     if res is not buf:
                         buf.copy_(res)
@@ -634,7 +641,8 @@ class Spectra(StateDictMixin, VerdictMixin, BatchingMixin, HyperMixin, torch.opt
                 U = buf if buf is not None else (views[0].view(1, *shape) if len(views) == 1
                                                  else torch.stack([v.view(shape) for v in views]))
                 batch = {"U": U, "params": params, "stage": "post", "post": post, "c": c_k,
-                         "steps": group["post_steps"], "dtype": pdt, "post_kwargs": post_kwargs(group, post)}
+                         "steps": group["post_steps"], "dtype": pdt, "post_kwargs": post_kwargs(group, post),
+                         "split": group["split_fused"]}
                 if pending is not None:
                     pending.append((batch, lr_wd, ok_d, scale, per_tensor))
                     continue

@@ -79,6 +79,7 @@ class StateDictMixin:
             g.setdefault("capturable", True)
             g.setdefault("check_finite", True)  # state dicts saved before these options existed
             g.setdefault("torch_kernel", True)
+            g.setdefault("split_fused", None)
             g["steps_taken"] = _counter(g.get("steps_taken", 0))
             self._validate(g)
 

@@ -303,6 +303,47 @@ def matrix_shape(shape: torch.Size) -> tuple[int, int]:
     return int(shape[0]), int(math.prod(shape[1:]))
 
 
+def check_split(split, name: str = "split_fused") -> tuple[int, int]:
+    """``split`` as ``(r, c)``: None is ``(1, 1)`` (the whole matrix), an int ``r >= 1`` is ``(r, 1)`` (``r``
+    row blocks), a pair of ints ``>= 1`` is itself. Raises ``TypeError``/``ValueError`` naming ``name``."""
+    if split is None:
+        return 1, 1
+    pair = (split, 1) if isinstance(split, int) and not isinstance(split, bool) else split
+    if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+            or not all(isinstance(k, int) and not isinstance(k, bool) for k in pair)):
+        raise TypeError(f"{name} must be None, an int >= 1 or a pair of ints >= 1 (row and column blocks), "
+                        f"got {split!r}")
+    if min(pair) < 1:
+        raise ValueError(f"{name} must be None, an int >= 1 or a pair of ints >= 1, got {split!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def block_shape(shape: tuple[int, int], split) -> tuple[int, int]:
+    """The ``(m / r, n / c)`` blocks of an ``(m, n)`` matrix split ``(r, c)`` (:func:`check_split`); raises
+    ``ValueError`` when ``r`` does not divide ``m`` or ``c`` does not divide ``n``."""
+    (m, n), (r, c) = shape, check_split(split)
+    if m % r or n % c:
+        raise ValueError(f"split_fused={split!r} needs a matrix whose rows divide by {r} and columns by {c}, "
+                         f"got a {m}x{n} matrix")
+    return m // r, n // c
+
+
+def on_blocks(fn: Callable, U: torch.Tensor, split, *args) -> torch.Tensor:
+    """``fn`` applied to every block of the ``(B, m, n)`` batch ``U`` split ``(r, c)`` as one batch of
+    ``B r c`` matrices of shape ``(m/r, n/c)``: the per-matrix semantics of separate layers for a fused weight
+    (Q, K and V stacked in one ``(3d, d)`` weight: ``split=3``). Row blocks are views of ``U`` (an in-place
+    ``fn`` overwrites ``U``); column blocks go through a copy. Returns a ``(B, m, n)`` tensor."""
+    r, c = check_split(split)
+    if (r, c) == (1, 1):
+        return fn(U, *args)
+    B, m, n = U.shape
+    bm, bn = block_shape((m, n), split)
+    if c == 1:
+        return fn(U.reshape(B * r, bm, bn), *args).reshape(B, m, n)
+    V = U.reshape(B, r, bm, c, bn).transpose(2, 3).reshape(B * r * c, bm, bn)
+    return fn(V, *args).reshape(B, r, c, bm, bn).transpose(2, 3).reshape(B, m, n)
+
+
 def update_scale(scale, post: str, m: int, n: int) -> float:
     """Scale ``alpha`` of the update of an ``(m, n)`` matrix (Jiang, Semenov and Stich 2026 §5.2 item 1).
 

@@ -61,6 +61,21 @@ def test_matches_single_process(optim_results, references, name, mode):
             assert torch.equal(got[n], optim_results[0][(name, mode)][n])  # ranks agree bit for bit
 
 
+def test_fused_weight_split_into_blocks_matches_single_process(workers, optim_results):
+    """``split_fused`` on FSDP2 shards: the gathered matrix is transformed block by block, as in one process."""
+    model = workers.make_model()
+    opt = O.SpectraAdamW(workers.split_groups(model), **workers.OPT_KW["SpectraAdamW"])
+    workers.train_steps(model, opt, 0, workers.STEPS)
+    plain = workers.make_model()
+    workers.train_steps(plain, O.SpectraAdamW(plain.parameters(), **workers.OPT_KW["SpectraAdamW"]), 0,
+                        workers.STEPS)
+    assert not torch.allclose(model.fc2.weight, plain.fc2.weight, atol=1e-4)  # the split changes the update
+    for r in range(2):
+        got = optim_results[r][("SpectraAdamW", "fsdp2", "split")]
+        for n, p in model.named_parameters():
+            torch.testing.assert_close(got[n], p.detach(), rtol=0, atol=1e-5, msg=f"rank {r} {n}")
+
+
 def test_training_actually_moves_parameters(workers, references):
     init = dict(workers.make_model().named_parameters())
     for name in NAMES:

@@ -91,6 +91,12 @@ def fsdp_wrap(model, mesh=None):
     return model
 
 
+def split_groups(model) -> list[dict]:
+    """fc2's weight as 4 row blocks (each clipped as a matrix of its own), the rest as one group."""
+    rest = [p for n, p in model.named_parameters() if n != "fc2.weight"]
+    return [{"params": rest}, {"params": [model.fc2.weight], "split_fused": 4}]
+
+
 def full_params(model) -> dict:
     out = {}
     for n, p in model.named_parameters():
@@ -248,6 +254,12 @@ def optim_suite(rank: int, ws: int) -> dict:
     opt = sharded(O.SpectraAdamW)(model.parameters(), **OPT_KW["SpectraAdamW"])
     train_steps(model, opt, 0, STEPS, rank, ws)
     res[("SpectraAdamW", "hsdp")] = full_params(model)
+
+    # a fused weight clipped per block (fc2: 4 row blocks; the shards hold rows of several blocks)
+    model = fsdp_wrap(make_model())
+    opt = sharded(O.SpectraAdamW)(split_groups(model), **OPT_KW["SpectraAdamW"])
+    train_steps(model, opt, 0, STEPS, rank, ws)
+    res[("SpectraAdamW", "fsdp2", "split")] = full_params(model)
 
     # a non-finite gradient in ONE rank's shard: every rank must skip the step (the flag is all-reduced)
     model = fsdp_wrap(make_model())

@@ -125,3 +125,24 @@ def test_moonlight_scale_needs_no_transposed_groups():
 
     groups = param_groups(_gpt2(), optimizer=DMuon)
     assert all(not isinstance(g.get("scale"), float) for g in groups)
+
+
+def test_gpt2_c_attn_split_into_q_k_v_updates_as_three_linear_layers():
+    """``split_fused={"c_attn": 3}`` on GPT-2: each ``(32, 96)`` Conv1D weight is three ``(32, 32)`` column blocks,
+    alpha 1 (a square block), and its update equals SPECTRA on three separate parameters holding Q, K and V."""
+    model = _gpt2()
+    groups = param_groups(model, optimizer=SpectraAdamW, split_fused={"c_attn": 3})
+    (g,) = [g for g in groups if "split_fused" in g]
+    assert g["split_fused"] == (1, 3) and g["scale"] == pytest.approx(1.0) and len(g["params"]) == 2
+    W = model.transformer.h[0].attn.c_attn.weight
+    parts = [torch.nn.Parameter(b.detach().clone()) for b in W.chunk(3, 1)]
+    opt = SpectraAdamW(groups, lr=1e-2, c=0.3)
+    twin = SpectraAdamW(parts, lr=1e-2, c=0.3, weight_decay=g["weight_decay"])
+    for step in range(3):
+        opt.zero_grad()
+        model(torch.tensor([[1, 2, 3, step]]), labels=torch.tensor([[1, 2, 3, step]])).loss.backward()
+        for p, blk in zip(parts, W.grad.chunk(3, 1)):
+            p.grad = blk.clone()
+        opt.step()
+        twin.step()
+    torch.testing.assert_close(W.detach(), torch.cat([p.detach() for p in parts], 1), rtol=1e-5, atol=1e-6)

@@ -47,7 +47,7 @@ from spectrakit.optim.sharding.block_exchange import apply_blocks
 from spectrakit.optim.sharding.exchange import SpectralSharder, group_size_rank
 from spectrakit.optim.sharding.layout import Layout, is_dtensor, layout_of
 from spectrakit.optim.spectra import MIN_BATCH_NUMEL, Spectra, min_batch_numel
-from spectrakit.optim.transforms import POST_TRANSFORMS, matrix_shape, workspace_numel
+from spectrakit.optim.transforms import POST_TRANSFORMS, matrix_shape, on_blocks, workspace_numel
 
 try:
     from torch.distributed.tensor import DTensor
@@ -263,17 +263,19 @@ class ShardedSpectraMixin:
                 out.append(U)
                 continue
             args = (b["c"], b["steps"], b["dtype"])
+            split = b.get("split")
             entry = self._local.get(id(params[0])) if params else None
             if entry is None or entry[1].kind == "replicated":
                 sh = self.sharder(entry[1].group if entry is not None else None)
-                out.append(sh.apply_replicated([U], lambda _b, _i, x, fn=fn, args=args: fn(x, *args))[0])
+                out.append(sh.apply_replicated(
+                    [U], lambda _b, _i, x, fn=fn, args=args, split=split: on_blocks(fn, x, split, *args))[0])
                 continue
             dt, lay = entry
             gshape, lshape = tuple(dt.shape), tuple(params[0].shape)
             m, n = matrix_shape(gshape)
 
-            def full(_b, _i, x, m=m, n=n, fn=fn, args=args):
-                return fn(x.reshape(x.shape[0], m, n), *args).reshape(x.shape)
+            def full(_b, _i, x, m=m, n=n, fn=fn, args=args, split=split):
+                return on_blocks(fn, x.reshape(x.shape[0], m, n), split, *args).reshape(x.shape)
 
             local = U.reshape(U.shape[0], *lshape)
             if lay.kind == "blocks":  # several sharding mesh dims (FSDP2 x tensor parallel)
