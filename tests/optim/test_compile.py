@@ -427,15 +427,15 @@ def test_operator_kernel_is_the_eager_transform(name, kw):
     want, want2 = fn(U.clone(), 2.0, None, None, **kw), fn(U2.clone(), 2.0, None, None, **kw)
     args = (kw.get("regularizer", "frobenius"), kw.get("b", 1.0), kw.get("p"))
     ptr = U.untyped_storage().data_ptr()
-    assert _OP([U, U2], name, 2.0, None, None, *args) is None
+    assert _OP([U, U2], name, 2.0, None, None, *args, [1, 1]) is None
     assert torch.equal(U, want) and torch.equal(U2, want2) and U.untyped_storage().data_ptr() == ptr
     V = torch.randn(3, 5, 9, generator=gen, dtype=torch.float64).mT  # a transposed (non-contiguous) batch
     want = fn(V.contiguous(), 2.0, 3, None, **kw)
-    _OP([V], name, 2.0, 3, None, *args)
+    _OP([V], name, 2.0, 3, None, *args, [1, 1])
     assert torch.equal(V, want) and not V.is_contiguous()
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(V)
-        assert _OP([fake], name, 2.0, 3, torch.bfloat16, "frobenius", 1.0, None) is None
+        assert _OP([fake], name, 2.0, 3, torch.bfloat16, "frobenius", 1.0, None, [1, 1]) is None
     assert fake.shape == (3, 9, 5) and fake.dtype == torch.float64
 
 
@@ -451,7 +451,7 @@ def test_operator_kernel_copies_a_view_result_before_writing():
     try:
         U = torch.arange(2 * 4 * 4, dtype=torch.float32).view(2, 4, 4)
         want = U.mT.clone()
-        _OP([U], "_test_view", 1.0, None, None, "frobenius", 1.0, None)
+        _OP([U], "_test_view", 1.0, None, None, "frobenius", 1.0, None, [1, 1])
         assert torch.equal(U, want)
     finally:
         del transforms.POST_TRANSFORMS["_test_view"]

@@ -184,7 +184,7 @@ def test_scheduled_post_transform_kernel():
     transform."""
     gen = torch.Generator().manual_seed(3)
     U = torch.randn(2, 5, 3, generator=gen) * 4
-    args = (None, None, "frobenius", 1.0, None)
+    args = (None, None, "frobenius", 1.0, None, [1, 1])
     for name in ("soft_clip", "hardcap"):
         got, ref = U.clone(), U.clone()
         _SCHEDULED([got], name, torch.tensor(1.5, dtype=torch.float64), *args)

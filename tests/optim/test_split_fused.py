@@ -185,3 +185,14 @@ def test_compiled_step_with_split_equals_eager(backend):
         step()
         b.step()
     torch.testing.assert_close(fused.detach(), twin.detach(), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("split", [[3, 1], [1, 3], [3, 3]])
+def test_operator_kernel_splits_as_the_eager_step(split):
+    """The operator a compiled step calls transforms each block as ``on_blocks`` does, in place."""
+    U = torch.randn(2, 3 * D, 3 * D, generator=torch.Generator().manual_seed(1)) * 5
+    fn = POST_TRANSFORMS["soft_clip"]
+    want = on_blocks(fn.inplace, U.clone(), tuple(split), 0.4, None, None)
+    ptr = U.data_ptr()
+    torch.ops.spectrakit.post_transform_.default([U], "soft_clip", 0.4, None, None, "frobenius", 1.0, None, split)
+    assert torch.equal(U, want) and U.data_ptr() == ptr
