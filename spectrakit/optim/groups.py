@@ -276,13 +276,14 @@ def fused_splits(params, names, transposed: set[int], split_fused: dict | None) 
         return {}
     if not isinstance(split_fused, dict):
         raise TypeError(f"split_fused must be a dict {{name: blocks}}, got {type(split_fused).__name__}")
+    for key, k in split_fused.items():
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"split_fused[{key!r}] must be an int >= 1 (blocks along the output dimension), "
+                             f"got {k!r}")
     out, used = {}, set()
     for p, name in zip(params, names):
         module = name.rpartition(".")[0]
         for key, k in split_fused.items():
-            if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-                raise ValueError(f"split_fused[{key!r}] must be an int >= 1 (blocks along the output dimension), "
-                                 f"got {k!r}")
             if not any(x == key or x.endswith("." + key) for x in (name, module)):
                 continue
             used.add(key)
